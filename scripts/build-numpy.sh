@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Build numpy from its pinned source distribution against the image's OpenBLAS, into VENV.
+# Inputs: SOURCE VERSION PATCHES VENV JOBS CFLAGS CXXFLAGS PKG_CONFIG_PATH NUMPY_SETUP_ARGS
+#         BUILD_REQUIREMENTS (pinned meson-python, meson, ninja, cython).
+set -euo pipefail
+
+: "${SOURCE:?}" "${VERSION:?}" "${PATCHES:?}" "${VENV:?}" "${JOBS:?}" "${CFLAGS:?}" "${NUMPY_SETUP_ARGS:?}"
+: "${BUILD_REQUIREMENTS:?}" "${PKG_CONFIG_PATH?}"
+read -r -a requirements <<< "$BUILD_REQUIREMENTS"
+read -r -a setup_args <<< "$NUMPY_SETUP_ARGS"
+echo "torchstack: building numpy $VERSION with CFLAGS='$CFLAGS' and ${setup_args[*]}"
+
+tree=$(mktemp -d)
+tar -xzf "$SOURCE" -C "$tree" --strip-components=1
+"$(dirname "$0")/apply-patches.sh" numpy "$VERSION" "$tree" "$PATCHES"
+"$VENV/bin/pip" install --no-cache-dir "${requirements[@]}"
+config=(--config-settings=compile-args=-j"$JOBS")
+for arg in "${setup_args[@]}"; do
+    config+=(--config-settings=setup-args="$arg")
+done
+"$VENV/bin/pip" install --no-cache-dir --no-build-isolation "${config[@]}" "$tree"
+"$VENV/bin/pip" uninstall --yes "${requirements[@]%%==*}"
+rm -rf "$tree"

@@ -1,0 +1,264 @@
+"""The command line: build (the default), plan, render, list, fetch, bootstrap and test."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from torchstack import __version__
+from torchstack.errors import DataError, ToolkitError
+from torchstack.model import Catalog, load_catalog
+from torchstack.plan import BUILD_TYPES, Plan, Request, env_line, make_plan
+
+
+def _parse_pins(values: tuple[str, ...]) -> dict[str, str]:
+    pins = {}
+    for value in values:
+        name, sep, version = value.partition("=")
+        if not sep or not name or not version:
+            raise click.BadParameter(f"{value!r}: expected COMPONENT=VERSION, e.g. openblas=0.3.28")
+        pins[name] = version
+    return pins
+
+
+def plan_options(catalog: Catalog):
+    """The options that describe a build, shared by build, plan, render and fetch."""
+    with_alternatives = [c for c in catalog.components.values() if c.alternatives]
+    options = [
+        click.option("--build-type", type=click.Choice(BUILD_TYPES), default="full", show_default=True,
+                     help="Stage to build, with whatever it needs (pytorch = final)."),
+        click.option("--backend", help=f"One of: {', '.join(sorted(catalog.backends))}. Default per architecture."),
+        click.option("--build-target", default="generic", show_default=True,
+                     help="CPU to tune for: generic, native, custom, or a named target (see `list targets`)."),
+        click.option("--arch", help="Image architecture (default: the target's, the backend's, or this host's)."),
+        click.option("--custom-target", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                     help="YAML file with one target entry, for --build-target custom."),
+        click.option("--jobs", type=click.IntRange(min=1), help="Parallel compile jobs (default: bounded by cores and memory)."),
+        click.option("--torch-version", help="PyTorch version (default: the pinned one, or the wheel's)."),
+        click.option("--source-version", "source_versions", multiple=True, metavar="COMPONENT=VERSION",
+                     help="Another pinned version of a component, e.g. openblas=0.3.28."),
+        click.option("--release", help="Release in the tag, rYY.MM (default: this UTC month)."),
+        click.option("--repository", default="torchstack", show_default=True, help="Image repository name."),
+        click.option("--tag", help="Use this tag instead of the computed release tag."),
+        click.option("--distribution", help=f"Debian release: {', '.join(sorted(catalog.distributions))}."),
+        click.option("--base-image", help="OS image to start from instead of the bootstrapped Debian (Debian-family)."),
+        click.option("--torch-wheel", help="With --torch-from wheel: a .whl file, a folder of wheels, a URL, or 'index'."),
+    ]
+    for component in with_alternatives:
+        options.append(
+            click.option(f"--{component.name}-from", f"from_{component.name}", type=click.Choice(component.methods),
+                         default="source", show_default=True, help=f"Where {component.name} comes from.")
+        )
+
+    def decorate(func):
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return decorate
+
+
+def request_from(options: dict, build_type: str | None = None) -> Request:
+    methods = {k.removeprefix("from_"): v for k, v in options.items() if k.startswith("from_") and v != "source"}
+    return Request(
+        build_type=build_type or options["build_type"],
+        backend=options["backend"],
+        build_target=options["build_target"],
+        arch=options["arch"],
+        custom_target=options["custom_target"],
+        jobs=options["jobs"],
+        torch_version=options["torch_version"],
+        release=options["release"],
+        repository=options["repository"],
+        tag=options["tag"],
+        methods=methods,
+        versions=_parse_pins(options["source_versions"]),
+        torch_wheel=options["torch_wheel"],
+        distribution=options["distribution"],
+        base_image=options["base_image"],
+    )
+
+
+def format_plan(plan: Plan) -> str:
+    lines = [
+        f"release tag   {plan.release_tag}",
+        f"final image   {plan.final_image}",
+        f"architecture  {plan.arch.name} ({plan.platform}){' emulated on this ' + plan.host_arch + ' host' if plan.emulated else ''}",
+        f"backend       {plan.backend.name}: {plan.backend.description}",
+        f"target        {plan.target.name}: {plan.target.flag}" + (f"  [{plan.target_note}]" if plan.target_note else ""),
+        f"compiler      CFLAGS={plan.cflags}  (GCC {plan.distribution.gcc}, {plan.distribution.name})",
+        f"torch         {plan.torch_version}",
+        f"jobs          {plan.jobs} (PyTorch MAX_JOBS {plan.torch_jobs})",
+        f"base image    {plan.base_image}" + (" (bootstrapped from the Debian archive if absent)" if plan.base_is_bootstrapped else ""),
+        "components",
+    ]
+    for c in plan.components:
+        how = {"source": "compiled from source", "distro": "Debian packages", "wheel": "prebuilt wheel"}[c.method]
+        pin = f", sha256 {c.source.sha256[:12]}… ({c.source.sha256_from})" if c.source else ""
+        lines.append(f"  {c.name:<9} {c.version:<10} {how}{pin}")
+    lines.append("stages")
+    for stage in plan.stages:
+        lines.append(f"  {stage.name:<6} {stage.image}")
+        lines.append(f"         FROM {stage.parent_image}" + "".join(f"; copies from {i}" for i in stage.copies.values()))
+        for c in stage.components:
+            if c.env:
+                lines.append(f"         {c.name}: {env_line(c.env)}")
+    return "\n".join(lines)
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"torchstack: error: {message}", err=True)
+    sys.exit(code)
+
+
+def make_cli(catalog: Catalog) -> click.Group:
+    with_plan = plan_options(catalog)
+
+    def build_options(func):
+        @click.option("--no-cache", is_flag=True, help="Build every step again.")
+        @click.option("--dry-run", is_flag=True, help="Print the plan; touch no Docker engine.")
+        @click.option("--no-test", is_flag=True, help="Skip the image checks after the final stage.")
+        @click.option("--quiet", is_flag=True, help="No live view; print only the result.")
+        @click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path),
+                      help="Write a machine-readable summary (images, tags, sizes, times) here.")
+        @click.option("--ca-bundle", type=click.Path(exists=True, dir_okay=False, path_type=Path), envvar="PIP_CERT",
+                      help="Extra CA bundle for pip inside builds (default: $PIP_CERT); never left in an image.")
+        @click.option("--source-mirror", help="Folder or URL holding the pinned source files (air-gapped hosts).")
+        @click.option("--debian-mirror", help="Debian archive URL for bootstrapping the base image.")
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            return func(*args, **kwargs)
+
+        return wrapper
+
+    @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+    @click.version_option(__version__, prog_name="torchstack")
+    @with_plan
+    @build_options
+    @click.pass_context
+    def cli(ctx: click.Context, **options) -> None:
+        """Build optimized PyTorch container images in stages: base -> libs -> tools -> dev -> final.
+
+        With no command, builds the requested stage (default: the full chain) and tags the
+        final image r<yy>.<mm>-torch-<ver>-<backend>[-<variant>...] once its checks pass.
+        """
+        if ctx.invoked_subcommand is not None:
+            return
+        plan = make_plan(catalog, request_from(options))
+        if options["dry_run"]:
+            click.echo(format_plan(plan))
+            return
+        from torchstack.build import run_build
+
+        run_build(catalog, plan, options)
+
+    @cli.command("plan")
+    @with_plan
+    def plan_command(**options) -> None:
+        """Print the build plan: stages, images, tags, flags. Needs no Docker engine."""
+        click.echo(format_plan(make_plan(catalog, request_from(options))))
+
+    @cli.command("render")
+    @click.option("--output", required=True, type=click.Path(file_okay=False, path_type=Path),
+                  help="Folder to write one build context per stage into.")
+    @with_plan
+    def render_command(output: Path, **options) -> None:
+        """Write each stage's Dockerfile and build context to a folder."""
+        from torchstack.render import assemble_context
+        from torchstack.sources import cached_sources
+
+        plan = make_plan(catalog, request_from(options))
+        for stage in plan.stages:
+            missing = assemble_context(plan, stage, output / stage.name, cached_sources(plan), None)
+            note = f" (not included, fetch them with `./build.py fetch`: {', '.join(missing)})" if missing else ""
+            click.echo(f"{output / stage.name / 'Dockerfile'}{note}")
+
+    @cli.command("list")
+    @click.argument("what", type=click.Choice(["backends", "targets"]))
+    def list_command(what: str) -> None:
+        """Show the backends or build targets and the architectures they are for."""
+        if what == "backends":
+            for backend in catalog.backends.values():
+                default_on = [a.name for a in catalog.architectures.values() if a.default_backend == backend.name]
+                default = f" (default on {', '.join(default_on)})" if default_on else ""
+                click.echo(f"{backend.name:<12} {', '.join(backend.arches):<24} {backend.description}{default}")
+        else:
+            for target in catalog.targets:
+                aliases = f" (also: {', '.join(target.aliases)})" if target.aliases else ""
+                click.echo(f"{target.name:<14} {target.arch:<8} {target.flag:<22} GCC {target.gcc}+{aliases}")
+            click.echo(f"{'native':<14} {'any':<8} resolved from this host's /proc/cpuinfo")
+            click.echo(f"{'custom':<14} {'any':<8} read from --custom-target FILE")
+
+    @cli.command("fetch")
+    @click.option("--source-mirror", help="Folder or URL to take sources from instead of upstream.")
+    @click.option("--mirror-dir", type=click.Path(file_okay=False, path_type=Path),
+                  help="Also copy the verified sources here, making a mirror for air-gapped hosts.")
+    @with_plan
+    def fetch_command(source_mirror: str | None, mirror_dir: Path | None, **options) -> None:
+        """Download and verify the plan's pinned sources into the cache (and a mirror folder)."""
+        from torchstack.sources import fetch_plan_sources
+
+        plan = make_plan(catalog, request_from(options))
+        for name, path in fetch_plan_sources(plan, source_mirror, mirror_dir).items():
+            click.echo(f"{name}  {path}")
+
+    @cli.command("bootstrap")
+    @click.option("--arch", help="Architecture (default: this host's).")
+    @click.option("--distribution", default=catalog.default_distribution, show_default=True)
+    @click.option("--debian-mirror", help="Debian archive URL (default: the distribution's).")
+    def bootstrap_command(arch: str | None, distribution: str, debian_mirror: str | None) -> None:
+        """Create the Debian base image from the Debian archive with mmdebstrap (no registry needed)."""
+        from torchstack import bootstrap, engine
+
+        options = {"arch": arch, "distribution": distribution}
+        plan = make_plan(catalog, request_from({**_defaults(cli), **options}, build_type="base"))
+        image = bootstrap.ensure_base_image(engine.connect(), plan, debian_mirror, force=True)
+        click.echo(image)
+
+    @cli.command("test")
+    @click.argument("image")
+    @click.option("--backend", help="Backend to check for, for an image without torchstack labels.")
+    @click.option("--stage", help="Stage to check the image as (default: from its labels, else final).")
+    def test_command(image: str, backend: str | None, stage: str | None) -> None:
+        """Check what is inside IMAGE: any image, ours or not."""
+        from torchstack import checks, engine
+
+        result = checks.run_checks(engine.connect(), catalog, image, backend=backend, stage=stage)
+        if not result.passed:
+            raise ToolkitError(f"{image}: {result.summary}")
+        click.echo(f"{image}: {result.summary}")
+
+    return cli
+
+
+def _defaults(group: click.Group) -> dict:
+    """Every option of the group at its default value."""
+    return {p.name: p.default for p in group.params if isinstance(p, click.Option)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        catalog = load_catalog()
+    except DataError as exc:
+        _fail(str(exc), exc.exit_code)
+    cli = make_cli(catalog)
+    try:
+        cli.main(args=argv, prog_name="build.py", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        _fail("interrupted", 130)
+    except click.ClickException as exc:
+        _fail(exc.format_message().replace("\n", " "), exc.exit_code)
+    except ToolkitError as exc:
+        _fail(str(exc), exc.exit_code)
+    except KeyboardInterrupt:
+        _fail("interrupted", 130)
+
+
+if __name__ == "__main__":
+    main()

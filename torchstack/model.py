@@ -1,0 +1,302 @@
+"""The data model: stages, architectures, targets, backends and components, loaded once and validated."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from torchstack.errors import DataError
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data"
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Architecture(Frozen):
+    name: str
+    debian: str
+    docker: str
+    qemu: str
+    default_backend: str
+    torch_env: dict[str, str] = {}
+
+
+class Distribution(Frozen):
+    name: str
+    mirror: str
+    python: str
+    gcc: str
+
+
+class OpenBLASTuning(Frozen):
+    target: str
+    dynamic_arch: bool = False
+
+
+class ACLTuning(Frozen):
+    arch: str
+    multi_isa: bool
+
+
+class ZDNNTuning(Frozen):
+    march: str
+
+
+class NativeMatch(Frozen):
+    """How a CPU in /proc/cpuinfo is recognised as a target."""
+
+    implementer: str | None = None
+    parts: tuple[str, ...] = ()
+    x86_vendor: str | None = None
+    x86_flags: tuple[str, ...] = ()
+    machine_types: tuple[str, ...] = ()
+
+
+class Target(Frozen):
+    name: str
+    arch: str
+    aliases: tuple[str, ...] = ()
+    flag: str
+    gcc: str
+    openblas: OpenBLASTuning
+    acl: ACLTuning | None = None
+    zdnn: ZDNNTuning | None = None
+    native: NativeMatch | None = None
+
+    @field_validator("flag")
+    @classmethod
+    def _one_tuning_flag(cls, flag: str) -> str:
+        if not re.fullmatch(r"-m(cpu|arch)=[A-Za-z0-9_.+-]+", flag):
+            raise ValueError(f"must be exactly one -mcpu=X or -march=X flag, got {flag!r}")
+        return flag
+
+
+class Backend(Frozen):
+    name: str
+    description: str
+    arches: tuple[str, ...]
+    components: tuple[str, ...]
+    torch_env: dict[str, str]
+    wheel_markers: tuple[str, ...] = ()
+    mkldnn: bool
+    libraries: tuple[str, ...] = ()
+
+
+class Pin(Frozen):
+    """One pinned version of a source: its sha256 and where that sha256 was published."""
+
+    version: str
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    sha256_from: str
+
+
+class Source(Frozen):
+    """A component's source at one pinned version."""
+
+    version: str
+    url: str
+    filename: str
+    sha256: str
+    sha256_from: str
+
+
+class Alternative(Frozen):
+    prefix: str | None = None
+    build_packages: tuple[str, ...] = ()
+    runtime_packages: tuple[str, ...] = ()
+
+
+class Component(Frozen):
+    name: str
+    stage: str
+    needed_by: Literal["runtime", "torch-build"]
+    prefix: str | None = None
+    libdir: str = "lib"
+    script: str
+    build_packages: tuple[str, ...] = ()
+    runtime_packages: tuple[str, ...] = ()
+    build_requirements: tuple[str, ...] = ()
+    env: dict[str, str] = {}
+    url: str
+    file: str
+    versions: tuple[Pin, ...] = Field(min_length=1)
+    alternatives: dict[str, Alternative] = {}
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        return ("source", *self.alternatives)
+
+    @property
+    def default_version(self) -> str:
+        return self.versions[0].version
+
+    def source(self, version: str | None = None) -> Source | None:
+        """The pinned source of `version` (default: the first listed), or None if not pinned."""
+        pin = next((p for p in self.versions if p.version == (version or self.default_version)), None)
+        if pin is None:
+            return None
+        return Source(
+            version=pin.version,
+            url=self.url.format(version=pin.version),
+            filename=self.file.format(version=pin.version),
+            sha256=pin.sha256,
+            sha256_from=pin.sha256_from,
+        )
+
+
+class Stage(Frozen):
+    name: str
+    parent: str | None = None
+    copies_from: tuple[str, ...] = ()
+    template: str
+    description: str
+    packages: tuple[str, ...] = ()
+    size_budget_mib: int | None = None
+
+
+class Catalog(Frozen):
+    """Everything the toolkit knows, cross-checked."""
+
+    architectures: dict[str, Architecture]
+    distributions: dict[str, Distribution]
+    default_distribution: str
+    targets: tuple[Target, ...]
+    backends: dict[str, Backend]
+    components: dict[str, Component]
+    stages: tuple[Stage, ...]
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> Catalog:
+        problems: list[str] = []
+        if self.default_distribution not in self.distributions:
+            problems.append(f"default_distribution {self.default_distribution!r} is not a distribution")
+        for arch in self.architectures.values():
+            if arch.default_backend not in self.backends:
+                problems.append(f"architecture {arch.name}: default_backend {arch.default_backend!r} unknown")
+        seen: set[tuple[str, str]] = set()
+        for target in self.targets:
+            if target.arch not in self.architectures:
+                problems.append(f"target {target.name}: unknown arch {target.arch!r}")
+            for name in (target.name, *target.aliases):
+                if (name, target.arch) in seen:
+                    problems.append(f"target {name} is defined twice for {target.arch}")
+                seen.add((name, target.arch))
+        for arch in self.architectures:
+            if ("generic", arch) not in seen:
+                problems.append(f"architecture {arch} has no generic target")
+        for backend in self.backends.values():
+            problems += [f"backend {backend.name}: unknown arch {a!r}" for a in backend.arches if a not in self.architectures]
+            problems += [
+                f"backend {backend.name}: unknown component {c!r}" for c in backend.components if c not in self.components
+            ]
+        stage_names = [s.name for s in self.stages]
+        for component in self.components.values():
+            if component.stage not in stage_names:
+                problems.append(f"component {component.name}: unknown stage {component.stage!r}")
+        for i, stage in enumerate(self.stages):
+            earlier = stage_names[:i]
+            for dep in (stage.parent, *stage.copies_from):
+                if dep is not None and dep not in earlier:
+                    problems.append(f"stage {stage.name}: {dep!r} must be a stage listed before it")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def stage(self, name: str) -> Stage:
+        return next(s for s in self.stages if s.name == name)
+
+    def targets_for(self, arch: str) -> list[Target]:
+        return [t for t in self.targets if t.arch == arch]
+
+    def target_names(self, arch: str | None = None) -> list[str]:
+        names = {n for t in self.targets if arch in (None, t.arch) for n in (t.name, *t.aliases)}
+        return sorted(names)
+
+    def find_target(self, name: str, arch: str) -> Target | None:
+        return next((t for t in self.targets_for(arch) if name in (t.name, *t.aliases)), None)
+
+    def arches_of_target(self, name: str) -> list[str]:
+        return sorted({t.arch for t in self.targets if name in (t.name, *t.aliases)})
+
+
+def _read_yaml(path: Path) -> object:
+    try:
+        return yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise DataError(f"{path}: file not found") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise DataError(f"{path}:{where} not valid YAML ({getattr(exc, 'problem', exc)})") from None
+
+
+def _validation_message(path: Path, exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    loc = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{path}: {loc}: {first['msg']}{more}"
+
+
+def _named(path: Path, raw: object) -> dict[str, dict]:
+    if not isinstance(raw, dict):
+        raise DataError(f"{path}: expected a mapping of names to entries")
+    return {name: {"name": name, **(entry or {})} for name, entry in raw.items()}
+
+
+def parse_target(path: Path, raw: object) -> Target:
+    """A single target entry, as in targets.yaml or a user's custom target file."""
+    try:
+        return Target.model_validate(raw)
+    except ValidationError as exc:
+        raise DataError(_validation_message(path, exc)) from None
+
+
+def load_catalog(data_dir: Path = DATA, stages_file: Path = ROOT / "stages" / "stages.yaml") -> Catalog:
+    files = {
+        "platforms": data_dir / "platforms.yaml",
+        "targets": data_dir / "targets.yaml",
+        "backends": data_dir / "backends.yaml",
+        "components": data_dir / "components.yaml",
+        "stages": stages_file,
+    }
+    raw = {key: _read_yaml(path) for key, path in files.items()}
+    platforms = raw["platforms"]
+    if not isinstance(platforms, dict):
+        raise DataError(f"{files['platforms']}: expected a mapping")
+    sections = {
+        "architectures": (files["platforms"], _named(files["platforms"], platforms.get("architectures"))),
+        "distributions": (files["platforms"], _named(files["platforms"], platforms.get("distributions"))),
+        "backends": (files["backends"], _named(files["backends"], raw["backends"])),
+        "components": (files["components"], _named(files["components"], raw["components"])),
+    }
+    models = {"architectures": Architecture, "distributions": Distribution, "backends": Backend, "components": Component}
+    values: dict[str, object] = {}
+    for key, (path, entries) in sections.items():
+        values[key] = {}
+        for name, entry in entries.items():
+            try:
+                values[key][name] = models[key].model_validate(entry)
+            except ValidationError as exc:
+                raise DataError(_validation_message(path, exc).replace(f"{path}: ", f"{path}: {name}.", 1)) from None
+    for key in ("targets", "stages"):
+        if not isinstance(raw[key], list):
+            raise DataError(f"{files[key]}: expected a list of entries")
+    values["targets"] = tuple(
+        parse_target(Path(f"{files['targets']}: entry {i}"), entry) for i, entry in enumerate(raw["targets"])
+    )
+    try:
+        values["stages"] = tuple(Stage.model_validate(entry) for entry in raw["stages"])
+    except ValidationError as exc:
+        raise DataError(_validation_message(files["stages"], exc)) from None
+    values["default_distribution"] = platforms.get("default_distribution")
+    try:
+        return Catalog.model_validate(values)
+    except ValidationError as exc:
+        raise DataError(f"{data_dir}: {exc.errors()[0]['msg']}") from None

@@ -1,0 +1,503 @@
+"""The build plan: from the user's request and the catalog to stages, images, tags and flags."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from torchstack import host, tags
+from torchstack.errors import UsageProblem
+from torchstack.model import (
+    Architecture,
+    Backend,
+    Catalog,
+    Component,
+    Distribution,
+    Source,
+    Stage,
+    Target,
+    _read_yaml,
+    parse_target,
+)
+from torchstack.wheels import WheelName, WheelSpec, check_contents, pick_from_folder
+
+BUILD_TYPES = ("base", "libs", "tools", "dev", "final", "full", "pytorch")
+BUILD_TYPE_ALIASES = {"full": "final", "pytorch": "final"}
+VENV = "/opt/venv"
+SOURCES_DIR = "/opt/torchstack/sources"
+GIB_PER_TORCH_JOB = 3.0
+GIB_PER_JOB = 1.0
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the user asked for, as given on the command line."""
+
+    build_type: str = "full"
+    backend: str | None = None
+    build_target: str = "generic"
+    arch: str | None = None
+    custom_target: Path | None = None
+    jobs: int | None = None
+    torch_version: str | None = None
+    release: str | None = None
+    repository: str = "torchstack"
+    tag: str | None = None
+    methods: dict[str, str] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    torch_wheel: str | None = None
+    distribution: str | None = None
+    base_image: str | None = None
+    cpuinfo: str | None = None
+    now: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ComponentPlan:
+    name: str
+    method: str  # source | distro | wheel
+    version: str
+    needed_by: str
+    script: str
+    prefix: str | None
+    libdir: str | None  # where its shared libraries are installed, for source builds with a prefix
+    env: dict[str, str]
+    source: Source | None
+    build_packages: tuple[str, ...]
+    runtime_packages: tuple[str, ...]
+    build_requirements: tuple[str, ...]
+
+    @property
+    def source_path(self) -> str | None:
+        return f"{SOURCES_DIR}/{self.source.filename}" if self.source else None
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    name: str
+    template: str
+    description: str
+    image: str
+    parent_image: str
+    copies: dict[str, str]
+    components: tuple[ComponentPlan, ...]
+    packages: tuple[str, ...]
+    size_budget_mib: int | None
+
+
+@dataclass(frozen=True)
+class Plan:
+    arch: Architecture
+    distribution: Distribution
+    backend: Backend
+    target: Target
+    target_note: str
+    host_arch: str
+    release: str
+    torch_version: str
+    release_tag: str
+    repository: str
+    build_type: str
+    jobs: int
+    torch_jobs: int
+    base_image: str
+    base_is_bootstrapped: bool
+    torch_wheel: WheelSpec | None
+    torch_wheel_file: Path | None
+    components: tuple[ComponentPlan, ...]
+    stages: tuple[StagePlan, ...]
+    labels: dict[str, str]
+
+    @property
+    def emulated(self) -> bool:
+        return self.arch.name != self.host_arch
+
+    @property
+    def final_image(self) -> str:
+        return f"{self.repository}:{self.release_tag}"
+
+    @property
+    def platform(self) -> str:
+        return self.arch.docker
+
+    @property
+    def cflags(self) -> str:
+        return f"-O2 {self.target.flag}"
+
+    @property
+    def runtime_packages(self) -> list[str]:
+        """Debian packages the final image needs for the components it ships."""
+        return sorted({p for c in self.components if c.needed_by == "runtime" for p in c.runtime_packages})
+
+    @property
+    def runtime_libdirs(self) -> list[str]:
+        """Library folders of the compiled components the final image ships."""
+        return [c.libdir for c in self.components if c.needed_by == "runtime" and c.libdir]
+
+    def component(self, name: str) -> ComponentPlan | None:
+        return next((c for c in self.components if c.name == name), None)
+
+    def stage(self, name: str) -> StagePlan:
+        return next(s for s in self.stages if s.name == name)
+
+    def build_info(self) -> dict:
+        """What the image records about how it was built (/opt/torchstack/build-info.json)."""
+        return {
+            "release_tag": self.release_tag,
+            "release": self.release,
+            "arch": self.arch.name,
+            "backend": self.backend.name,
+            "target": self.target.name,
+            "target_flag": self.target.flag,
+            "distribution": self.distribution.name,
+            "python": self.distribution.python,
+            "torch_version": self.torch_version,
+            "venv": VENV,
+            "mkldnn": self.backend.mkldnn,
+            "libraries": list(self.backend.libraries),
+            "components": {
+                c.name: {"method": c.method, "version": c.version, "prefix": c.prefix} for c in self.components
+            },
+        }
+
+
+def _fail_choice(what: str, value: str, valid: list[str], extra: str = "") -> UsageProblem:
+    return UsageProblem(f"unknown {what} {value!r}{extra}; valid: {', '.join(valid)}")
+
+
+def _resolve_arch(catalog: Catalog, request: Request, backend_name: str | None, host_arch: str) -> tuple[str, str]:
+    """The image's architecture and why: --arch, else the target's, else the backend's, else the host's."""
+    if request.arch:
+        if request.arch not in catalog.architectures:
+            raise _fail_choice("--arch", request.arch, sorted(catalog.architectures))
+        return request.arch, "--arch"
+    target_arches = catalog.arches_of_target(request.build_target)
+    if len(target_arches) == 1:
+        return target_arches[0], f"--build-target {request.build_target}"
+    if backend_name and backend_name in catalog.backends:
+        arches = catalog.backends[backend_name].arches
+        if len(arches) == 1:
+            return arches[0], f"--backend {backend_name}"
+    return host_arch, "this host"
+
+
+def _resolve_target(catalog: Catalog, request: Request, arch: str, host_arch: str) -> tuple[Target, str]:
+    name = request.build_target
+    if name == "native":
+        if arch != host_arch:
+            raise UsageProblem(f"--build-target native describes this {host_arch} host, not an {arch} image")
+        cpuinfo = request.cpuinfo if request.cpuinfo is not None else host.read_cpuinfo()
+        target = host.resolve_native(catalog, arch, cpuinfo)
+        return target, f"native resolved to {target.name} from /proc/cpuinfo"
+    if name == "custom":
+        if request.custom_target is None:
+            raise UsageProblem("--build-target custom needs --custom-target FILE (a YAML target entry)")
+        target = parse_target(request.custom_target, _read_yaml(request.custom_target))
+        if target.arch != arch:
+            raise UsageProblem(f"{request.custom_target}: target {target.name} is for {target.arch}, not {arch}")
+        return target, f"custom target {target.name} from {request.custom_target}"
+    target = catalog.find_target(name, arch)
+    if target is None:
+        valid = catalog.target_names(arch) + ["native", "custom"]
+        elsewhere = catalog.arches_of_target(name)
+        if elsewhere:
+            raise UsageProblem(
+                f"--build-target {name} is for {', '.join(elsewhere)}, not {arch}; targets for {arch}: {', '.join(valid)}"
+            )
+        raise _fail_choice("--build-target", name, sorted(set(catalog.target_names())) + ["native", "custom"])
+    note = f"{name} is an alias of {target.name}" if name != target.name else ""
+    return target, note
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def _component_env(
+    plan_ctx: dict, component: Component, method: str, prefix: str | None, source: Source | None, version: str
+) -> dict[str, str]:
+    """The named inputs each component's script reads; every flag is computed here."""
+    target: Target = plan_ctx["target"]
+    jobs = str(plan_ctx["jobs"])
+    env: dict[str, str] = {}
+    if source is not None:
+        env["SOURCE"] = f"{SOURCES_DIR}/{source.filename}"
+        env["VERSION"] = version
+        env["PATCHES"] = f"/opt/torchstack/patches/{component.name}"
+        if prefix:
+            env["PREFIX"] = prefix
+    if component.name == "openblas" and method == "source":
+        tuning = target.openblas
+        flags = [f"TARGET={tuning.target}", "USE_OPENMP=1", "NUM_THREADS=256", "NO_STATIC=1", "COMMON_OPT=-O2"]
+        if tuning.dynamic_arch:
+            flags += ["DYNAMIC_ARCH=1"]
+        if target.arch == "aarch64":
+            flags += ["BUILD_BFLOAT16=1"]
+        env.update(OPENBLAS_MAKE_FLAGS=" ".join(flags), JOBS=jobs)
+    elif component.name == "acl":
+        if target.acl is None:
+            raise UsageProblem(f"target {target.name} has no Arm Compute Library settings (acl:) for backend onednn-acl")
+        flags = [
+            "Werror=0", "debug=0", "neon=1", "opencl=0", "embed_kernels=0", "os=linux",
+            f"arch={target.acl.arch}", "build=native", f"multi_isa={int(target.acl.multi_isa)}",
+            "fixed_format_kernels=1", "openmp=1", "cppthreads=0", f"-j{jobs}",
+        ]  # fmt: skip
+        env.update(ACL_SCONS_FLAGS=" ".join(flags))
+    elif component.name == "zdnn":
+        if target.zdnn is None:
+            raise UsageProblem(f"target {target.name} has no zDNN settings (zdnn:) for backend zdnn")
+        env.update(ZDNN_CFLAGS=f"-O3 -march={target.zdnn.march} -mzvector", JOBS=jobs)
+    elif component.name == "numpy" and method == "source":
+        blas = plan_ctx["openblas_prefix"]
+        env.update(
+            CFLAGS=f"-O2 {target.flag}",
+            CXXFLAGS=f"-O2 {target.flag}",
+            PKG_CONFIG_PATH=f"{blas}/lib/pkgconfig" if blas != "/usr" else "",
+            NUMPY_SETUP_ARGS="-Dblas=openblas -Dlapack=openblas -Dallow-noblas=false",
+            BUILD_REQUIREMENTS=" ".join(component.build_requirements),
+            VENV=VENV,
+            JOBS=jobs,
+        )
+    elif component.name == "numpy":
+        env.update(NUMPY_REQUIREMENT=f"numpy=={version}", VENV=VENV)
+    elif component.name == "torch" and method == "source":
+        backend: Backend = plan_ctx["backend"]
+        env.update(component.env)
+        env.update(plan_ctx["arch"].torch_env)
+        env.update(backend.torch_env)
+        env.update(
+            MAX_JOBS=str(plan_ctx["torch_jobs"]),
+            PYTORCH_BUILD_VERSION=plan_ctx["torch_version"],
+            PYTORCH_BUILD_NUMBER="1",
+            OpenBLAS_HOME=plan_ctx["openblas_prefix"],
+            CFLAGS=f"-O2 {target.flag}",
+            CXXFLAGS=f"-O2 {target.flag}",
+            BUILD_REQUIREMENTS=" ".join(component.build_requirements),
+            VENV=VENV,
+        )
+        if "acl_prefix" in plan_ctx:
+            env["ACL_ROOT_DIR"] = plan_ctx["acl_prefix"]
+    elif component.name == "torch":
+        env.update(WHEEL=f"/opt/torchstack/wheels/{plan_ctx['torch_wheel_name']}")
+    return env
+
+
+def _tag_variants(catalog: Catalog, backend: Backend, target: Target, arch: str, methods: dict[str, str]) -> tuple[str, ...]:
+    variants: list[str] = []
+    if target.name != "generic":
+        variants.append(target.name)
+    elif len(backend.arches) > 1:
+        variants.append(arch)
+    variants += [f"{name}.{method}" for name, method in methods.items() if method != "source"]
+    return tuple(variants)
+
+
+def make_plan(catalog: Catalog, request: Request) -> Plan:
+    now = request.now or datetime.now(timezone.utc)
+    this_host = host.host_arch()
+    if request.build_type not in BUILD_TYPES:
+        raise _fail_choice("--build-type", request.build_type, list(BUILD_TYPES))
+    if request.backend is not None and request.backend not in catalog.backends:
+        raise _fail_choice("--backend", request.backend, sorted(catalog.backends))
+
+    arch_name, arch_why = _resolve_arch(catalog, request, request.backend, this_host)
+    arch = catalog.architectures[arch_name]
+    backend = catalog.backends[request.backend or arch.default_backend]
+    if arch_name not in backend.arches:
+        valid = sorted(b.name for b in catalog.backends.values() if arch_name in b.arches)
+        raise UsageProblem(
+            f"backend {backend.name} builds for {', '.join(backend.arches)}, not {arch_name} ({arch_why}); "
+            f"backends for {arch_name}: {', '.join(valid)}"
+        )
+    target, target_note = _resolve_target(catalog, request, arch_name, this_host)
+
+    distribution_name = request.distribution or catalog.default_distribution
+    if distribution_name not in catalog.distributions:
+        raise _fail_choice("--distribution", distribution_name, sorted(catalog.distributions))
+    distribution = catalog.distributions[distribution_name]
+    if _version_tuple(distribution.gcc) < _version_tuple(target.gcc):
+        raise UsageProblem(
+            f"target {target.name} ({target.flag}) needs GCC {target.gcc} or newer; "
+            f"{distribution.name} has GCC {distribution.gcc}: choose another --distribution or target"
+        )
+
+    # How each component is obtained: its pinned source unless the user chose an alternative.
+    methods: dict[str, str] = {}
+    for name, method in request.methods.items():
+        if name not in catalog.components:
+            raise _fail_choice("component", name, sorted(catalog.components))
+        if method not in catalog.components[name].methods:
+            raise UsageProblem(
+                f"--{name}-from {method}: valid for {name}: {', '.join(catalog.components[name].methods)}"
+            )
+    torch_method = request.methods.get("torch", "source")
+    for name in backend.components:
+        component = catalog.components[name]
+        if component.needed_by == "torch-build" and torch_method != "source":
+            continue
+        methods[name] = request.methods.get(name, "source")
+    if request.torch_wheel and torch_method != "wheel":
+        raise UsageProblem("--torch-wheel needs --torch-from wheel")
+
+    # Where torch comes from decides the version in the tag.
+    wheel_spec = wheel_file = None
+    pinned_torch = catalog.components["torch"].default_version
+    if torch_method == "wheel":
+        check_contents_later = not backend.wheel_markers
+        if check_contents_later:
+            check_contents(Path("-"), backend.name, ())
+        wheel_spec = WheelSpec.parse(request.torch_wheel or "index")
+        if wheel_spec.kind == "file":
+            wheel_file = Path(wheel_spec.where)
+        elif wheel_spec.kind == "dir":
+            wheel_file = pick_from_folder(Path(wheel_spec.where), arch_name, distribution.python, request.torch_version)
+        if wheel_file is not None:
+            name = WheelName.parse(wheel_file.name)
+            if not name.fits(arch_name, distribution.python):
+                raise UsageProblem(
+                    f"{wheel_file.name} is not for {arch_name} with Python {distribution.python} ({distribution.name})"
+                )
+            if request.torch_version and name.version.split("+")[0] != request.torch_version.split("+")[0]:
+                raise UsageProblem(f"--torch-version {request.torch_version} but {wheel_file.name} is torch {name.version}")
+            check_contents(wheel_file, backend.name, backend.wheel_markers)
+            torch_version = name.version
+        elif wheel_spec.kind == "url":
+            torch_version = WheelName.parse(wheel_spec.where.rsplit("/", 1)[-1].split("#")[0]).version
+        else:
+            torch_version = request.torch_version or pinned_torch
+    else:
+        torch_version = request.torch_version or pinned_torch
+
+    release = tags.check_release(request.release or tags.default_release(now))
+    repository = tags.check_repository(request.repository)
+    variants = _tag_variants(catalog, backend, target, arch_name, {n: m for n, m in methods.items()})
+    release_tag = tags.check_tag(request.tag) if request.tag else tags.release_tag(release, torch_version, backend.name, variants)
+
+    cpu_count, mem = host.cores(), host.memory_gib()
+    jobs = request.jobs or host.default_jobs(GIB_PER_JOB, cpu_count, mem)
+    torch_jobs = request.jobs or host.default_jobs(GIB_PER_TORCH_JOB, cpu_count, mem)
+    if jobs < 1:
+        raise UsageProblem("--jobs must be at least 1")
+
+    # Component plans, in the backend's order.
+    ctx: dict[str, object] = {
+        "target": target,
+        "backend": backend,
+        "jobs": jobs,
+        "torch_jobs": torch_jobs,
+        "torch_version": torch_version,
+        "arch": arch,
+        "torch_wheel_name": wheel_file.name if wheel_file else "torch.whl",
+    }
+    components: list[ComponentPlan] = []
+    for name in request.versions:
+        if name not in catalog.components:
+            raise _fail_choice("component", name, sorted(catalog.components))
+    versions = {**request.versions, "torch": torch_version}
+    for name, method in methods.items():
+        component = catalog.components[name]
+        version = versions.get(name) or component.default_version
+        source = component.source(version) if method == "source" else None
+        if method == "source" and source is None:
+            pinned = ", ".join(p.version for p in component.versions)
+            raise UsageProblem(
+                f"{name} {version} has no pinned, checksummed source (torchstack/data/components.yaml); "
+                f"pinned: {pinned}" + ("; or use --torch-from wheel" if name == "torch" else "")
+            )
+        alternative = component.alternatives.get(method)
+        prefix = (alternative.prefix if alternative and alternative.prefix else component.prefix)
+        if name == "openblas":
+            ctx["openblas_prefix"] = prefix
+        if name == "acl":
+            ctx["acl_prefix"] = prefix
+        env = _component_env(ctx, component, method, prefix, source, version)
+        source_build = method == "source"
+        components.append(
+            ComponentPlan(
+                name=name,
+                method=method,
+                version=version,
+                needed_by=component.needed_by,
+                script=component.script,
+                prefix=prefix,
+                libdir=f"{prefix}/{component.libdir}" if source_build and prefix else None,
+                env=env,
+                source=source,
+                build_packages=component.build_packages if source_build else (alternative.build_packages if alternative else ()),
+                runtime_packages=component.runtime_packages if source_build else (alternative.runtime_packages if alternative else ()),
+                build_requirements=component.build_requirements if source_build else (),
+            )
+        )
+
+    # Stages: the requested one and everything it needs, in table order.
+    wanted_stage = BUILD_TYPE_ALIASES.get(request.build_type, request.build_type)
+    needed: set[str] = set()
+
+    def need(stage: Stage) -> None:
+        if stage.name not in needed:
+            needed.add(stage.name)
+            for dep in (stage.parent, *stage.copies_from):
+                if dep:
+                    need(catalog.stage(dep))
+
+    need(catalog.stage(wanted_stage))
+    base_image = request.base_image or f"torchstack-os:{distribution.name}-{arch.debian}"
+    stage_images = {s.name: f"{repository}-{s.name}:{release_tag}" for s in catalog.stages}
+    stages = tuple(
+        StagePlan(
+            name=s.name,
+            template=s.template,
+            description=s.description,
+            image=stage_images[s.name],
+            parent_image=stage_images[s.parent] if s.parent else base_image,
+            copies={dep: stage_images[dep] for dep in s.copies_from},
+            components=tuple(c for c in components if catalog.components[c.name].stage == s.name),
+            packages=s.packages,
+            size_budget_mib=s.size_budget_mib,
+        )
+        for s in catalog.stages
+        if s.name in needed
+    )
+
+    labels = {
+        "org.opencontainers.image.title": f"PyTorch {torch_version} on {backend.name} for {target.name} ({arch_name})",
+        "org.opencontainers.image.version": release_tag,
+        "org.opencontainers.image.licenses": "BSD-3-Clause",
+        "org.opencontainers.image.base.name": base_image,
+        "io.torchstack.release": release,
+        "io.torchstack.arch": arch_name,
+        "io.torchstack.backend": backend.name,
+        "io.torchstack.target": target.name,
+        "io.torchstack.torch.version": torch_version,
+        "io.torchstack.components": json.dumps({c.name: f"{c.method}:{c.version}" for c in components}, sort_keys=True),
+    }
+    return Plan(
+        arch=arch,
+        distribution=distribution,
+        backend=backend,
+        target=target,
+        target_note="; ".join(n for n in (target_note, f"architecture {arch_name} from {arch_why}") if n),
+        host_arch=this_host,
+        release=release,
+        torch_version=torch_version,
+        release_tag=release_tag,
+        repository=repository,
+        build_type=wanted_stage,
+        jobs=jobs,
+        torch_jobs=torch_jobs,
+        base_image=base_image,
+        base_is_bootstrapped=request.base_image is None,
+        torch_wheel=wheel_spec,
+        torch_wheel_file=wheel_file,
+        components=tuple(components),
+        stages=stages,
+        labels=labels,
+    )
+
+
+def env_line(env: dict[str, str]) -> str:
+    """KEY=value pairs, shell-quoted, as they appear before a script in a RUN line."""
+    return " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())

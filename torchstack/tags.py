@@ -1,0 +1,53 @@
+"""Image names and tags: the release tag and what sets two builds apart in it."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+from torchstack.errors import UsageProblem
+
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+_RELEASE = re.compile(r"r(\d\d)\.(0[1-9]|1[0-2])")
+_REPOSITORY = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*")
+
+
+def default_release(now: datetime) -> str:
+    return f"r{now:%y}.{now:%m}"
+
+
+def check_release(release: str) -> str:
+    if not _RELEASE.fullmatch(release):
+        raise UsageProblem(f"--release {release!r}: expected rYY.MM, for example r26.11")
+    return release
+
+
+def check_repository(repository: str) -> str:
+    first, _, rest = repository.partition("/")
+    # A leading registry host (with a dot, a port or "localhost") may precede the path.
+    path = rest if rest and (("." in first) or (":" in first) or first == "localhost") else repository
+    if not _REPOSITORY.fullmatch(path):
+        raise UsageProblem(f"--repository {repository!r}: not a valid image name (lowercase, digits, . _ - /)")
+    return repository
+
+
+def check_tag(tag: str) -> str:
+    if not _TAG.fullmatch(tag):
+        raise UsageProblem(f"--tag {tag!r}: a Docker tag is 1-128 of A-Z a-z 0-9 _ . - and cannot start with . or -")
+    return tag
+
+
+def tag_safe(text: str) -> str:
+    """A version such as 2.13.0+cpu as a tag part: anything a tag cannot hold becomes '-'."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", text)
+
+
+def release_tag(release: str, torch_version: str, backend: str, variants: tuple[str, ...] = ()) -> str:
+    """r<yy>.<mm>-torch-<ver>-<backend>[-<variant>...]: e.g. r26.11-torch-2.13.0-onednn-acl.
+
+    Variants name what sets this build apart from the default one of the same backend:
+    a non-generic target, the architecture when the backend has several, and every
+    component not compiled from its pinned source (e.g. torch.wheel, openblas.distro).
+    """
+    tag = "-".join([release, "torch", tag_safe(torch_version), backend, *variants])
+    return check_tag(tag)

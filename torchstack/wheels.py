@@ -1,0 +1,100 @@
+"""Prebuilt torch wheels: where one comes from, what it is built for and what it contains."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from torchstack.errors import ToolkitError, UsageProblem
+
+# torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
+_WHEEL = re.compile(
+    r"(?P<name>[^-]+)-(?P<version>[^-]+)(?:-\d[^-]*)?-(?P<python>[^-]+)-(?P<abi>[^-]+)-(?P<platform>[^-]+)\.whl"
+)
+
+
+@dataclass(frozen=True)
+class WheelSpec:
+    """What --torch-wheel named: a file, a wheelhouse folder, a URL, or `index` (pip's index)."""
+
+    kind: str  # file | dir | url | index
+    where: str
+
+    @classmethod
+    def parse(cls, text: str) -> WheelSpec:
+        if text == "index":
+            return cls("index", text)
+        if re.match(r"(https?|file)://", text):
+            return cls("url", text)
+        path = Path(text).expanduser()
+        if path.is_dir():
+            return cls("dir", str(path.resolve()))
+        if path.is_file() and path.suffix == ".whl":
+            return cls("file", str(path.resolve()))
+        raise UsageProblem(f"--torch-wheel {text!r}: not a .whl file, a folder of wheels, a URL, or 'index'")
+
+
+@dataclass(frozen=True)
+class WheelName:
+    filename: str
+    version: str
+    python: str
+    platform: str
+
+    @classmethod
+    def parse(cls, filename: str) -> WheelName:
+        match = _WHEEL.fullmatch(filename)
+        if not match or match["name"] != "torch":
+            raise UsageProblem(f"{filename}: not a torch wheel file name")
+        return cls(filename, match["version"], match["python"], match["platform"])
+
+    def fits(self, arch: str, python: str) -> bool:
+        return self.platform.endswith(f"_{arch}") and self.python == "cp" + python.replace(".", "")
+
+
+def pick_from_folder(folder: Path, arch: str, python: str, version: str | None) -> Path:
+    """The newest torch wheel in `folder` for this architecture and Python (and version, if given)."""
+    candidates = []
+    for path in folder.glob("torch-*.whl"):
+        name = WheelName.parse(path.name)
+        if name.fits(arch, python) and (version is None or name.version.split("+")[0] == version.split("+")[0]):
+            candidates.append((name.version, path))
+    if not candidates:
+        wanted = f"torch {version or '(any version)'} for cp{python.replace('.', '')} {arch}"
+        raise UsageProblem(f"--torch-wheel {folder}: no {wanted} in that folder")
+    return max(candidates)[1]
+
+
+def download_from_index(dest: Path, arch: str, python: str, version: str) -> Path:
+    """Let pip find torch==version for the image's platform in the configured index."""
+    dest.mkdir(parents=True, exist_ok=True)
+    command = [
+        sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+        "--platform", f"manylinux_2_28_{arch}", "--platform", f"manylinux2014_{arch}",
+        "--python-version", python, "--dest", str(dest), f"torch=={version}",
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ToolkitError(f"pip could not download torch=={version} for {arch} cp{python}: {last}")
+    return pick_from_folder(dest, arch, python, version)
+
+
+def check_contents(path: Path, backend: str, markers: tuple[str, ...]) -> None:
+    """Refuse a wheel whose contents would make the backend in the tag a lie."""
+    if not markers:
+        raise UsageProblem(
+            f"backend {backend} needs torch built from source (--torch-from source): "
+            "no prebuilt wheel is known to be built that way"
+        )
+    names = zipfile.ZipFile(path).namelist()
+    missing = [m for m in markers if not any(n.startswith(m) for n in names)]
+    if missing:
+        raise UsageProblem(
+            f"{path.name} is not a {backend} build (it lacks {', '.join(missing)}); "
+            f"tagging it {backend} would be false"
+        )
