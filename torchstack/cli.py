@@ -148,13 +148,14 @@ def make_cli(catalog: Catalog) -> click.Group:
         """
         if ctx.invoked_subcommand is not None:
             return
-        plan = make_plan(catalog, request_from(options))
+        request = request_from(options)
+        plan = make_plan(catalog, request)
         if options["dry_run"]:
             click.echo(format_plan(plan))
             return
-        from torchstack.build import run_build
+        from torchstack.pipeline import run_build
 
-        run_build(catalog, plan, options)
+        run_build(catalog, request, plan, options)
 
     @cli.command("plan")
     @with_plan

@@ -95,6 +95,7 @@ class Pin(Frozen):
     version: str
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     sha256_from: str
+    url: str | None = None  # where the component's url template does not fit this version
 
 
 class Source(Frozen):
@@ -144,7 +145,7 @@ class Component(Frozen):
             return None
         return Source(
             version=pin.version,
-            url=self.url.format(version=pin.version),
+            url=pin.url or self.url.format(version=pin.version),
             filename=self.file.format(version=pin.version),
             sha256=pin.sha256,
             sha256_from=pin.sha256_from,

@@ -109,7 +109,6 @@ class Plan:
     torch_wheel_file: Path | None
     components: tuple[ComponentPlan, ...]
     stages: tuple[StagePlan, ...]
-    labels: dict[str, str]
 
     @property
     def emulated(self) -> bool:
@@ -142,6 +141,24 @@ class Plan:
 
     def stage(self, name: str) -> StagePlan:
         return next(s for s in self.stages if s.name == name)
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """OCI labels and the build information, on every stage image."""
+        return {
+            "org.opencontainers.image.title": (
+                f"PyTorch {self.torch_version} on {self.backend.name} for {self.target.name} ({self.arch.name})"
+            ),
+            "org.opencontainers.image.version": self.release_tag,
+            "org.opencontainers.image.licenses": "BSD-3-Clause",
+            "org.opencontainers.image.base.name": self.base_image,
+            "io.torchstack.release": self.release,
+            "io.torchstack.arch": self.arch.name,
+            "io.torchstack.backend": self.backend.name,
+            "io.torchstack.target": self.target.name,
+            "io.torchstack.torch.version": self.torch_version,
+            "io.torchstack.build-info": json.dumps(self.build_info(), sort_keys=True),
+        }
 
     def build_info(self) -> dict:
         """What the image records about how it was built (/opt/torchstack/build-info.json)."""
@@ -462,19 +479,7 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
         if s.name in needed
     )
 
-    labels = {
-        "org.opencontainers.image.title": f"PyTorch {torch_version} on {backend.name} for {target.name} ({arch_name})",
-        "org.opencontainers.image.version": release_tag,
-        "org.opencontainers.image.licenses": "BSD-3-Clause",
-        "org.opencontainers.image.base.name": base_image,
-        "io.torchstack.release": release,
-        "io.torchstack.arch": arch_name,
-        "io.torchstack.backend": backend.name,
-        "io.torchstack.target": target.name,
-        "io.torchstack.torch.version": torch_version,
-        "io.torchstack.components": json.dumps({c.name: f"{c.method}:{c.version}" for c in components}, sort_keys=True),
-    }
-    return Plan(
+    plan = Plan(
         arch=arch,
         distribution=distribution,
         backend=backend,
@@ -494,8 +499,8 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
         torch_wheel_file=wheel_file,
         components=tuple(components),
         stages=stages,
-        labels=labels,
     )
+    return plan
 
 
 def env_line(env: dict[str, str]) -> str:

@@ -1,0 +1,68 @@
+"""Checks for the libs stage and its children: each library of the backend, built for the target."""
+
+import pytest
+
+
+def _components(ours, catalog, stage="libs", method=None):
+    return {
+        name: c for name, c in ours["components"].items()
+        if catalog.components[name].stage == stage and (method is None or c["method"] == method)
+    }  # fmt: skip
+
+
+def test_each_compiled_library_is_installed_where_the_plan_says(host, ours, catalog):
+    compiled = _components(ours, catalog, method="source")
+    if not compiled:
+        pytest.skip("no library of this image was compiled from source")
+    for name, c in compiled.items():
+        libdir = f"{c['prefix']}/{catalog.components[name].libdir}"
+        found = host.run(f"ls {libdir}").stdout.split()
+        assert any(f.startswith("lib") and ".so" in f for f in found), (
+            f"{name} {c['version']}: expected shared libraries in {libdir}, found {found or 'nothing'}"
+        )
+
+
+def test_openblas_is_built_for_the_target(host, ours, target, python):
+    openblas = ours["components"].get("openblas")
+    if openblas is None or openblas["method"] != "source":
+        pytest.skip("OpenBLAS is not compiled here (distro package or not part of this backend)")
+    code = (
+        "import ctypes; lib = ctypes.CDLL('{p}/lib/libopenblas.so'); "
+        "lib.openblas_get_config.restype = ctypes.c_char_p; "
+        "lib.openblas_get_corename.restype = ctypes.c_char_p; "
+        "print(lib.openblas_get_config().decode()); print(lib.openblas_get_corename().decode())"
+    ).format(p=openblas["prefix"])
+    config, corename = python(code).strip().splitlines()
+    if target.openblas.dynamic_arch:
+        assert "DYNAMIC_ARCH" in config, f"expected a DYNAMIC_ARCH build, openblas_get_config() = {config!r}"
+    else:
+        assert target.openblas.target.lower() == corename.lower(), (
+            f"expected OpenBLAS core {target.openblas.target}, openblas_get_corename() = {corename!r} ({config})"
+        )
+    recorded = host.file(f"{openblas['prefix']}/share/torchstack/openblas-make-flags").content_string
+    assert f"TARGET={target.openblas.target}" in recorded.split(), f"recorded make flags: {recorded!r}"
+
+
+def test_openblas_from_debian_is_the_packaged_one(host, ours):
+    openblas = ours["components"].get("openblas")
+    if openblas is None or openblas["method"] != "distro":
+        pytest.skip("OpenBLAS does not come from Debian packages here")
+    assert "libopenblas.so.0" in host.run("ldconfig -p").stdout, "Debian's libopenblas.so.0 is not in the linker cache"
+
+
+def test_acl_is_built_for_the_target(host, ours, target):
+    acl = ours["components"].get("acl")
+    if acl is None:
+        pytest.skip("the Arm Compute Library is not compiled for this image")
+    assert host.file(f"{acl['prefix']}/build/libarm_compute.so").exists, "libarm_compute.so is missing"
+    recorded = host.file(f"{acl['prefix']}/share/torchstack/acl-scons-flags").content_string.split()
+    assert f"arch={target.acl.arch}" in recorded, f"expected arch={target.acl.arch}, recorded {recorded}"
+
+
+def test_zdnn_is_built_for_the_target(host, ours, target):
+    zdnn = ours["components"].get("zdnn")
+    if zdnn is None:
+        pytest.skip("zDNN is not part of this image")
+    assert host.file(f"{zdnn['prefix']}/lib/libzdnn.so").exists, "libzdnn.so is missing"
+    recorded = host.file(f"{zdnn['prefix']}/share/torchstack/zdnn-cflags").content_string
+    assert f"-march={target.zdnn.march}" in recorded.split(), f"expected -march={target.zdnn.march}, recorded {recorded!r}"

@@ -1,0 +1,77 @@
+"""The base OS image, made here from the Debian archive with mmdebstrap: no registry needed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import docker
+
+from torchstack.engine import image_exists
+from torchstack.errors import ToolkitError
+from torchstack.host import host_arch
+from torchstack.plan import Plan
+
+BINFMT = Path("/proc/sys/fs/binfmt_misc")
+DOCKERFILE = """FROM scratch
+ADD rootfs.tar /
+CMD ["bash"]
+"""
+
+
+def check_emulation(plan: Plan) -> None:
+    """Building for another architecture needs qemu-user registered with binfmt_misc (flag F)."""
+    if not plan.emulated:
+        return
+    entry = BINFMT / f"qemu-{plan.arch.qemu}"
+    ready = entry.is_file() and "enabled" in (text := entry.read_text()) and "F" in text.split("flags:")[-1].split()[0]
+    if not ready:
+        raise ToolkitError(
+            f"building an {plan.arch.name} image on this {host_arch()} host needs qemu emulation: "
+            "apt-get install qemu-user-static binfmt-support && update-binfmts --enable "
+            f"(no usable {entry} found)"
+        )
+
+
+def ensure_base_image(client: docker.DockerClient, plan: Plan, mirror: str | None, force: bool = False) -> str:
+    """The plan's base OS image: present, pulled (a user's --base-image), or bootstrapped here."""
+    image = plan.base_image
+    if not force and image_exists(client, image):
+        return image
+    if not plan.base_is_bootstrapped:
+        try:
+            client.images.pull(image, platform=plan.platform)
+            return image
+        except docker.errors.APIError as exc:
+            raise ToolkitError(
+                f"base image {image} is not here and cannot be pulled ({exc.explanation or exc}); "
+                "leave out --base-image to bootstrap Debian from its archive instead"
+            ) from None
+    check_emulation(plan)
+    if shutil.which("mmdebstrap") is None:
+        raise ToolkitError("bootstrapping the base image needs mmdebstrap: apt-get install mmdebstrap")
+    distribution = plan.distribution
+    with tempfile.TemporaryDirectory(prefix="torchstack-rootfs-") as work:
+        rootfs = Path(work) / "rootfs.tar"
+        command = [
+            "mmdebstrap", "--variant=minbase", f"--architectures={plan.arch.debian}",
+            "--quiet", distribution.name, str(rootfs), mirror or distribution.mirror,
+        ]  # fmt: skip
+        # A fixed SOURCE_DATE_EPOCH makes the tarball reproducible for the same package versions.
+        env = {**os.environ, "SOURCE_DATE_EPOCH": os.environ.get("SOURCE_DATE_EPOCH", "1704067200")}
+        result = subprocess.run(command, capture_output=True, text=True, env=env)
+        if result.returncode != 0:
+            last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+            raise ToolkitError(f"mmdebstrap {distribution.name} {plan.arch.debian} failed: {last}")
+        (Path(work) / "Dockerfile").write_text(DOCKERFILE)
+        labels = {
+            "org.opencontainers.image.title": f"Debian {distribution.name} minbase ({plan.arch.debian})",
+            "org.opencontainers.image.source": mirror or distribution.mirror,
+        }
+        for chunk in client.api.build(path=work, tag=image, platform=plan.platform, labels=labels, rm=True, decode=True):
+            if "error" in chunk:
+                raise ToolkitError(f"loading the bootstrapped {distribution.name} rootfs failed: {chunk['error'].strip()}")
+    return image

@@ -1,0 +1,119 @@
+"""A whole build: sources, base image, each stage in order, checks, and only then the release tag."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from torchstack import bootstrap, checks, engine, sources
+from torchstack.errors import ChecksFailed, ToolkitError
+from torchstack.model import Catalog
+from torchstack.plan import Plan, Request, make_plan
+from torchstack.progress import BuildView, StageReport, summary_table, write_json
+from torchstack.render import assemble_context
+from torchstack.wheels import download_from_index
+
+
+class Interrupted(ToolkitError):
+    exit_code = 130
+
+
+def resolve_wheel(catalog: Catalog, request: Request, plan: Plan) -> tuple[Request, Plan]:
+    """A torch wheel named by URL or index is downloaded now, and the plan made again from the file."""
+    spec = plan.torch_wheel
+    if spec is None or spec.kind in ("file", "dir"):
+        return request, plan
+    dest = sources.cache_dir().parent / "wheels"
+    if spec.kind == "index":
+        path = download_from_index(dest, plan.arch.name, plan.distribution.python, plan.torch_version)
+    else:
+        dest.mkdir(parents=True, exist_ok=True)
+        path = dest / spec.where.rsplit("/", 1)[-1].split("#")[0]
+        if not path.is_file():
+            sources._download(spec.where, path)
+    request = dataclasses.replace(request, torch_wheel=str(path))
+    return request, make_plan(catalog, request)
+
+
+def stage_tag(plan: Plan, stage_name: str) -> str:
+    """The tag a stage is built under; the final image gets its release name only after its checks."""
+    return plan.stage(stage_name).image
+
+
+def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> Plan:
+    client = engine.connect()
+    request, plan = resolve_wheel(catalog, request, plan)
+    bootstrap.check_emulation(plan)
+    source_files = sources.fetch_plan_sources(plan, options.get("source_mirror"))
+    ca_bundle: Path | None = options.get("ca_bundle")
+
+    logs = sources.cache_dir().parent / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = logs / f"{plan.release_tag}-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}.log"
+    reports = [StageReport(stage=s.name, image=s.image, tags=[s.image]) for s in plan.stages]
+    contexts = sources.cache_dir().parent / "contexts" / plan.release_tag
+    test_images = not options.get("no_test")
+    checks_summary = "not run (--no-test)" if not test_images else "not reached"
+    started = time.monotonic()
+
+    with BuildView(reports, log_path, options.get("quiet", False)) as view:
+        base = bootstrap.ensure_base_image(client, plan, options.get("debian_mirror"))
+        view.note(f"torchstack: base image {base}")
+        for stage, report in zip(plan.stages, reports):
+            assemble_context(plan, stage, contexts / stage.name, source_files, ca_bundle)
+            progress = view.start(report)
+            labels = {**plan.labels, "io.torchstack.stage": stage.name}
+            try:
+                result = engine.build_image(
+                    client, contexts / stage.name, stage.image, plan.platform, labels,
+                    options.get("no_cache", False), lambda text, s=stage.name: view.line(s, text),
+                    progress, stage.name, log_path,
+                )  # fmt: skip
+            except KeyboardInterrupt:
+                report.status = "interrupted"
+                raise Interrupted(
+                    f"interrupted in stage {stage.name}: no tag points at a half-built image; "
+                    "finished steps are in the engine's cache, so the next run resumes there"
+                ) from None
+            except ToolkitError:
+                report.status = "failed"
+                raise
+            report.seconds = result.seconds
+            report.cached = result.cached
+            report.size_bytes = engine.image_size(client, stage.image)
+            report.status = "cached" if result.cached else "built"
+        shutil.rmtree(contexts, ignore_errors=True)
+
+        top = plan.stages[-1]
+        if test_images:
+            view.note(f"torchstack: checking {top.image}")
+            outcome = checks.run_checks(client, catalog, top.image, quiet=options.get("quiet", False))
+            checks_summary = outcome.summary
+            if not outcome.passed:
+                raise ChecksFailed(f"checks of {top.image} failed ({outcome.summary}); the release tag was not applied")
+        if top.name == "final":
+            repository, _, tag = plan.final_image.rpartition(":")
+            client.images.get(top.image).tag(repository, tag)
+            reports[-1].tags.append(plan.final_image)
+
+    total = time.monotonic() - started
+    summary = {
+        "release_tag": plan.release_tag,
+        "final_image": plan.final_image if top.name == "final" else None,
+        "arch": plan.arch.name,
+        "backend": plan.backend.name,
+        "target": plan.target.name,
+        "checks": checks_summary,
+        "seconds": round(total, 1),
+        "log": str(log_path),
+    }
+    if options.get("json_file"):
+        write_json(options["json_file"], summary, reports)
+    if not options.get("quiet"):
+        view.console.print(summary_table(reports))
+        view.console.print(f"checks: {checks_summary}", highlight=False)
+    print(plan.final_image if top.name == "final" else top.image)
+    return plan
