@@ -115,6 +115,23 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+class ToolkitGroup(click.Group):
+    """A click group whose every failure is one line on stderr and an exit status, never a traceback."""
+
+    def main(self, args=None, prog_name=None, **extra):
+        try:
+            return super().main(args=args, prog_name=prog_name or "build.py", standalone_mode=False, **extra)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            _fail(exc.format_message().replace("\n", " "), exc.exit_code)
+        except ToolkitError as exc:
+            _fail(str(exc), exc.exit_code)
+        except (KeyboardInterrupt, click.exceptions.Abort):
+            _fail("interrupted", 130)
+        return None
+
+
 def make_cli(catalog: Catalog) -> click.Group:
     with_plan = plan_options(catalog)
 
@@ -135,7 +152,7 @@ def make_cli(catalog: Catalog) -> click.Group:
 
         return wrapper
 
-    @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+    @click.group(cls=ToolkitGroup, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
     @click.version_option(__version__, prog_name="torchstack")
     @with_plan
     @build_options
@@ -246,19 +263,7 @@ def main(argv: list[str] | None = None) -> None:
         catalog = load_catalog()
     except DataError as exc:
         _fail(str(exc), exc.exit_code)
-    cli = make_cli(catalog)
-    try:
-        cli.main(args=argv, prog_name="build.py", standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        _fail("interrupted", 130)
-    except click.ClickException as exc:
-        _fail(exc.format_message().replace("\n", " "), exc.exit_code)
-    except ToolkitError as exc:
-        _fail(str(exc), exc.exit_code)
-    except KeyboardInterrupt:
-        _fail("interrupted", 130)
+    make_cli(catalog).main(args=argv)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ def _matches(target: Target, fields: dict[str, str], text: str) -> bool:
         part = fields.get("cpu part", "").lower()
         return implementer == native.implementer.lower() and part in {p.lower() for p in native.parts}
     if native.machine_types:
-        machines = set(re.findall(r"machine\s*=\s*(\w+)", text))
+        machines = set(re.findall(r"machine\s*[=:]\s*(\w+)", text))
         return bool(machines & set(native.machine_types))
     if native.x86_vendor is not None and fields.get("vendor_id") != native.x86_vendor:
         return False

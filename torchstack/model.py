@@ -125,6 +125,7 @@ class Component(Frozen):
     runtime_packages: tuple[str, ...] = ()
     build_requirements: tuple[str, ...] = ()
     env: dict[str, str] = {}
+    wheel_excludes: tuple[str, ...] = ()
     url: str
     file: str
     versions: tuple[Pin, ...] = Field(min_length=1)

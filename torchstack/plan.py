@@ -22,7 +22,7 @@ from torchstack.model import (
     _read_yaml,
     parse_target,
 )
-from torchstack.wheels import WheelName, WheelSpec, check_contents, pick_from_folder
+from torchstack.wheels import WheelName, WheelSpec, check_contents, pick_from_folder, refuse_backend_without_wheels
 
 BUILD_TYPES = ("base", "libs", "tools", "dev", "final", "full", "pytorch")
 BUILD_TYPE_ALIASES = {"full": "final", "pytorch": "final"}
@@ -302,12 +302,19 @@ def _component_env(
     return env
 
 
-def _tag_variants(catalog: Catalog, backend: Backend, target: Target, arch: str, methods: dict[str, str]) -> tuple[str, ...]:
+def _tag_variants(
+    catalog: Catalog, backend: Backend, target: Target, arch: str, methods: dict[str, str], request: Request
+) -> tuple[str, ...]:
+    """What sets this build apart from its backend's default build, in the order of the tag."""
     variants: list[str] = []
     if target.name != "generic":
         variants.append(target.name)
     elif len(backend.arches) > 1:
         variants.append(arch)
+    if request.base_image:
+        variants.append(tags.tag_safe(request.base_image.replace(":", "-").replace("/", "-")))
+    elif request.distribution and request.distribution != catalog.default_distribution:
+        variants.append(request.distribution)
     variants += [f"{name}.{method}" for name, method in methods.items() if method != "source"]
     return tuple(variants)
 
@@ -363,9 +370,7 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
     wheel_spec = wheel_file = None
     pinned_torch = catalog.components["torch"].default_version
     if torch_method == "wheel":
-        check_contents_later = not backend.wheel_markers
-        if check_contents_later:
-            check_contents(Path("-"), backend.name, ())
+        refuse_backend_without_wheels(backend.name, backend.wheel_markers)
         wheel_spec = WheelSpec.parse(request.torch_wheel or "index")
         if wheel_spec.kind == "file":
             wheel_file = Path(wheel_spec.where)
@@ -379,7 +384,7 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
                 )
             if request.torch_version and name.version.split("+")[0] != request.torch_version.split("+")[0]:
                 raise UsageProblem(f"--torch-version {request.torch_version} but {wheel_file.name} is torch {name.version}")
-            check_contents(wheel_file, backend.name, backend.wheel_markers)
+            check_contents(wheel_file, backend.name, backend.wheel_markers, catalog.components["torch"].wheel_excludes)
             torch_version = name.version
         elif wheel_spec.kind == "url":
             torch_version = WheelName.parse(wheel_spec.where.rsplit("/", 1)[-1].split("#")[0]).version
@@ -390,7 +395,7 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
 
     release = tags.check_release(request.release or tags.default_release(now))
     repository = tags.check_repository(request.repository)
-    variants = _tag_variants(catalog, backend, target, arch_name, {n: m for n, m in methods.items()})
+    variants = _tag_variants(catalog, backend, target, arch_name, methods, request)
     release_tag = tags.check_tag(request.tag) if request.tag else tags.release_tag(release, torch_version, backend.name, variants)
 
     cpu_count, mem = host.cores(), host.memory_gib()

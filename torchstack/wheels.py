@@ -84,17 +84,30 @@ def download_from_index(dest: Path, arch: str, python: str, version: str) -> Pat
     return pick_from_folder(dest, arch, python, version)
 
 
-def check_contents(path: Path, backend: str, markers: tuple[str, ...]) -> None:
-    """Refuse a wheel whose contents would make the backend in the tag a lie."""
+def refuse_backend_without_wheels(backend: str, markers: tuple[str, ...]) -> None:
     if not markers:
         raise UsageProblem(
             f"backend {backend} needs torch built from source (--torch-from source): "
             "no prebuilt wheel is known to be built that way"
         )
-    names = zipfile.ZipFile(path).namelist()
-    missing = [m for m in markers if not any(n.startswith(m) for n in names)]
+
+
+def check_contents(path: Path, backend: str, markers: tuple[str, ...], excludes: tuple[str, ...]) -> None:
+    """Refuse a wheel whose contents would make the tag a lie.
+
+    Every marker must start the name of a file in the wheel (e.g. libarm_compute: ACL is
+    inside); no exclude may (e.g. libtorch_cuda: a CUDA build, which needs the CUDA toolkit).
+    """
+    refuse_backend_without_wheels(backend, markers)
+    basenames = {name.rsplit("/", 1)[-1] for name in zipfile.ZipFile(path).namelist()}
+    missing = [m for m in markers if not any(n.startswith(m) for n in basenames)]
     if missing:
         raise UsageProblem(
-            f"{path.name} is not a {backend} build (it lacks {', '.join(missing)}); "
-            f"tagging it {backend} would be false"
+            f"{path.name} is not a {backend} build (it lacks {', '.join(missing)}); tagging it {backend} would be false"
+        )
+    found = [e for e in excludes if any(n.startswith(e) for n in basenames)]
+    if found:
+        raise UsageProblem(
+            f"{path.name} is not a CPU-only build (it has {', '.join(found)}); its dependencies include the CUDA "
+            "toolkit. Use a CPU wheel (e.g. from PyTorch's CPU index), another --torch-version, or --torch-from source"
         )

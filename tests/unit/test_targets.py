@@ -1,0 +1,75 @@
+"""The target table and `native` resolution from real /proc/cpuinfo samples."""
+
+from pathlib import Path
+
+import pytest
+
+from torchstack.errors import UsageProblem
+from torchstack.host import default_jobs, resolve_native
+
+SAMPLES = Path(__file__).parent / "cpuinfo"
+
+
+@pytest.mark.parametrize(
+    ("sample", "arch", "expected"),
+    [
+        ("neoverse-n1.txt", "aarch64", "neoverse-n1"),
+        ("neoverse-v2.txt", "aarch64", "neoverse-v2"),
+        ("x86-avx2.txt", "x86_64", "x86-64-v3"),
+        ("x86-avx512-amd.txt", "x86_64", "znver4"),
+        ("z16.txt", "s390x", "z16"),
+    ],
+)
+def test_native_resolves_from_cpuinfo(catalog, sample, arch, expected):
+    assert resolve_native(catalog, arch, (SAMPLES / sample).read_text()).name == expected
+
+
+def test_an_unknown_cpu_is_an_error_not_a_guess(catalog):
+    cpuinfo = (SAMPLES / "neoverse-n1.txt").read_text().replace("0xd0c", "0xfff")
+    with pytest.raises(UsageProblem, match="matches none of"):
+        resolve_native(catalog, "aarch64", cpuinfo)
+
+
+def test_native_prints_its_resolution_in_the_plan(plan_for, monkeypatch):
+    monkeypatch.setattr("torchstack.host.host_arch", lambda: "aarch64")
+    plan = plan_for(build_target="native", cpuinfo=(SAMPLES / "neoverse-n1.txt").read_text())
+    assert plan.target.name == "neoverse-n1"
+    assert "native resolved to neoverse-n1" in plan.target_note
+    assert plan.release_tag.endswith("-neoverse-n1")
+
+
+def test_every_target_passes_exactly_one_tuning_flag(catalog):
+    for target in catalog.targets:
+        assert len(target.flag.split()) == 1 and target.flag.startswith(("-mcpu=", "-march=")), target
+
+
+@pytest.mark.parametrize(
+    ("name", "arch", "flag", "openblas", "acl"),
+    [
+        ("neoverse-n1", "aarch64", "-mcpu=neoverse-n1", "NEOVERSEN1", ("armv8.2-a", True)),
+        ("neoverse", "aarch64", "-mcpu=neoverse-n1", "NEOVERSEN1", ("armv8.2-a", True)),
+        ("neoverse-v1", "aarch64", "-mcpu=neoverse-v1", "NEOVERSEV1", ("armv8.2-a", True)),
+        ("neoverse-n2", "aarch64", "-mcpu=neoverse-n2", "NEOVERSEN2", ("armv8.2-a", True)),
+        ("neoverse-v2", "aarch64", "-mcpu=neoverse-v2", "NEOVERSEV2", ("armv8.2-a", True)),
+        ("thunderx2t99", "aarch64", "-mcpu=thunderx2t99", "THUNDERX2T99", ("arm64-v8a", False)),
+        ("generic", "aarch64", "-march=armv8-a", "ARMV8", ("arm64-v8a", False)),
+        ("generic", "x86_64", "-march=x86-64", "NEHALEM", None),
+        ("x86-64-v3", "x86_64", "-march=x86-64-v3", "HASWELL", None),
+        ("z16", "s390x", "-march=arch14", "Z14", None),
+    ],
+)
+def test_target_table(catalog, name, arch, flag, openblas, acl):
+    target = catalog.find_target(name, arch)
+    assert target.flag == flag
+    assert target.openblas.target == openblas
+    assert (target.acl.arch, target.acl.multi_isa) == acl if acl else target.acl is None
+
+
+def test_generic_openblas_is_runtime_dispatching_everywhere(catalog):
+    for arch in catalog.architectures:
+        assert catalog.find_target("generic", arch).openblas.dynamic_arch
+
+
+@pytest.mark.parametrize(("cores", "mem", "per_job", "expected"), [(64, 24, 3.0, 8), (2, 24, 3.0, 2), (16, 4, 3.0, 1), (8, 64, 1.0, 8)])
+def test_jobs_are_bounded_by_cores_and_memory(cores, mem, per_job, expected):
+    assert default_jobs(per_job, cores, mem) == expected
