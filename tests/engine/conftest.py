@@ -1,0 +1,74 @@
+"""Engine tests build real images on the local Docker engine (scripts/setup-host.sh starts one)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import docker
+import pytest
+
+from torchstack.model import ROOT
+
+CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+def x86_wheelhouse() -> str:
+    """The folder holding a CPU-only x86_64 torch wheel (PyPI's x86_64 wheels are CUDA builds)."""
+    folder = os.environ.get("TORCHSTACK_TEST_WHEELHOUSE") or os.environ.get("PIP_FIND_LINKS")
+    if not folder or not list(Path(folder).glob("torch-*x86_64.whl")):
+        pytest.fail("no CPU x86_64 torch wheel: set TORCHSTACK_TEST_WHEELHOUSE to a folder holding one")
+    return folder
+
+
+# The x86_64 chain the README's first command builds: torch from the local CPU wheel, OpenBLAS
+# from Debian, numpy compiled from its source distribution against that OpenBLAS.
+X86_ARGS = ["--torch-from", "wheel", "--openblas-from", "distro", "--ca-bundle", str(CA_BUNDLE)]
+
+
+def run_build_py(*args: str, cwd: Path = ROOT, timeout: int = 3000, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(cwd / "build.py"), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def client():
+    try:
+        found = docker.from_env()
+        found.ping()
+    except docker.errors.DockerException as exc:
+        pytest.fail(f"engine tests need a running Docker engine (run scripts/setup-host.sh): {exc}")
+    return found
+
+
+@pytest.fixture(scope="session")
+def x86_build(client, tmp_path_factory):
+    """The full x86_64 chain, built once per session; its JSON summary."""
+    summary = tmp_path_factory.mktemp("x86") / "summary.json"
+    result = run_build_py(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--json", str(summary))
+    assert result.returncode == 0, f"the x86_64 build failed:\n{result.stderr[-4000:]}"
+    return json.loads(summary.read_text())
+
+
+@pytest.fixture
+def repo_copy(tmp_path):
+    """A copy of the checkout to change (a stale patch, a slow step) without touching the real one."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True).stdout
+    copy = tmp_path / "torchstack"
+    for name in files.split():
+        if (ROOT / name).is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, copy / name)
+    return copy
+
+
+@pytest.fixture
+def unique_tag():
+    return f"test-{uuid.uuid4().hex[:10]}"

@@ -1,0 +1,109 @@
+"""Real builds on the local engine: the x86_64 chain end to end, rebuilds, and the faults users hit."""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+
+import pytest
+
+from tests.engine.conftest import CA_BUNDLE, X86_ARGS, run_build_py, x86_wheelhouse
+
+pytestmark = pytest.mark.engine
+
+
+def test_x86_chain_builds_a_tagged_final_image_that_runs_torch(client, x86_build):
+    stages = [s["stage"] for s in x86_build["stages"]]
+    assert stages == ["base", "libs", "tools", "dev", "final"]
+    final = x86_build["final_image"]
+    assert final.startswith("torchstack:r") and final in x86_build["stages"][-1]["tags"]
+    assert "failed" not in x86_build["checks"] and "passed" in x86_build["checks"], x86_build["checks"]
+    out = client.containers.run(final, ["python", "-c", "import torch, numpy; print(torch.__version__)"], remove=True)
+    version = out.decode().strip()
+    assert f"-torch-{version.replace('+', '-')}-onednn" in final, f"torch {version} in {final}"
+
+
+def test_a_no_op_rebuild_is_served_from_the_cache(x86_build, tmp_path):
+    summary = tmp_path / "again.json"
+    started = time.monotonic()
+    result = run_build_py(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--json", str(summary), "--no-test")
+    seconds = time.monotonic() - started
+    assert result.returncode == 0, result.stderr[-3000:]
+    again = json.loads(summary.read_text())
+    assert [s["status"] for s in again["stages"]] == ["cached"] * 5, again["stages"]
+    assert again["final_image"] == x86_build["final_image"]
+    assert again["checks"] == "not run (--no-test)"
+    print(f"no-op rebuild of the full chain: {seconds:.1f} s (first build {x86_build['seconds']:.0f} s)")
+
+
+def test_the_ca_bundle_is_in_no_layer_of_the_final_image(client, x86_build):
+    pem = CA_BUNDLE.read_text().split("-----BEGIN CERTIFICATE-----")[-1]
+    needle = pem.strip().splitlines()[1].encode()  # a line of the last certificate's body
+    image = client.images.get(x86_build["final_image"])
+    history = " ".join(step.get("CreatedBy", "") for step in image.history())
+    assert "ca-bundle" not in history and "PIP_CERT" not in history
+    archive = io.BytesIO(b"".join(image.save()))
+    with tarfile.open(fileobj=archive) as saved:
+        layers = [m for m in saved.getmembers() if m.name.endswith("layer.tar")]
+        assert layers
+        for member in layers:
+            with tarfile.open(fileobj=saved.extractfile(member)) as layer:
+                for entry in layer.getmembers():
+                    if entry.isfile():
+                        assert needle not in layer.extractfile(entry).read(), f"{entry.name} in {member.name} holds the CA"
+
+
+def test_no_docker_daemon_is_one_clear_line():
+    result = run_build_py("--build-type", "base", env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and "no Docker engine answers" in result.stderr, result.stderr
+
+
+def test_a_failing_step_names_stage_step_output_and_log(client, x86_build, repo_copy, unique_tag):
+    patches = repo_copy / "patches" / "numpy"
+    (patches / "0001-stale.patch").write_text(
+        "Why: stands for a patch upstream has overtaken.\n--- a/no-such-file.py\n+++ b/no-such-file.py\n@@ -1 +1 @@\n-a\n+b\n"
+    )
+    (patches / "series").write_text("0001-stale.patch\n")
+    result = run_build_py(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--tag", unique_tag, cwd=repo_copy)
+    assert result.returncode == 1
+    assert "stage tools failed at step" in result.stderr and "build-numpy.sh" in result.stderr
+    assert "patch 0001-stale.patch does not apply to numpy 2.3.5" in result.stderr
+    assert "full log: " in result.stderr
+    tags = {t for image in client.images.list() for t in image.tags}
+    assert f"torchstack-tools:{unique_tag}" not in tags and f"torchstack:{unique_tag}" not in tags
+
+
+def test_ctrl_c_leaves_no_tag_and_the_next_run_resumes_from_cache(client, repo_copy, unique_tag):
+    template = repo_copy / "templates" / "libs.Dockerfile.j2"
+    original = template.read_text()
+    marker = f"echo finished-before-the-interrupt {unique_tag}"
+    template.write_text(original.replace("{{ common.finish() }}", f"RUN {marker}\nRUN sleep 600\n{{{{ common.finish() }}}}"))
+    args = [sys.executable, str(repo_copy / "build.py"), "--build-type", "libs", "--openblas-from", "distro", "--tag", unique_tag]
+    build = subprocess.Popen(args, cwd=repo_copy, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    for line in build.stderr:
+        if "RUN sleep 600" in line:
+            break
+    time.sleep(3)
+    build.send_signal(signal.SIGINT)
+    _, rest = build.communicate(timeout=60)
+    assert build.returncode == 130, rest
+    assert "interrupted in stage libs: no tag points at a half-built image" in rest
+    tags = {t for image in client.images.list() for t in image.tags}
+    assert f"torchstack-libs:{unique_tag}" not in tags
+    time.sleep(2)
+    assert not [c for c in client.containers.list() if "sleep 600" in " ".join(c.attrs["Config"]["Cmd"] or [])]
+
+    template.write_text(original.replace("{{ common.finish() }}", f"RUN {marker}\n{{{{ common.finish() }}}}"))
+    again = subprocess.run(args, cwd=repo_copy, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    log_path = again.stderr.split("full build output goes to")[1].split()[0]
+    log = open(log_path).read()
+    after_marker = log.split(marker, 1)[1]
+    assert after_marker.lstrip().startswith("---> Using cache"), after_marker[:300]
+    assert f"torchstack-libs:{unique_tag}" in {t for image in client.images.list() for t in image.tags}

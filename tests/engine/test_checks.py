@@ -1,0 +1,74 @@
+"""The image checks fail when they should: wrong backend, planted compiler and CA, a foreign image."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.engine.conftest import CA_BUNDLE, run_build_py, x86_wheelhouse
+
+pytestmark = pytest.mark.engine
+
+
+def build(client, context: Path, tag: str) -> str:
+    client.images.build(path=str(context), tag=tag, network_mode="host", rm=True)
+    return tag
+
+
+def test_onednn_acl_checks_fail_on_an_x86_onednn_image(x86_build):
+    result = run_build_py("test", x86_build["final_image"], "--backend", "onednn-acl")
+    assert result.returncode == 1
+    assert "FAILED tests/image/final/test_final.py::test_convolution_runs_through_onednn" in result.stdout
+    assert "FAILED tests/image/final/test_final.py::test_backend_libraries_are_in_the_image" in result.stdout
+    assert "libarm_compute is neither loaded by torch nor in the linker cache" in result.stdout
+
+
+def test_a_planted_compiler_and_ca_bundle_are_caught(client, x86_build, tmp_path):
+    tools = next(s for s in x86_build["stages"] if s["stage"] == "tools")["image"]
+    pem = "-----BEGIN CERTIFICATE-----" + CA_BUNDLE.read_text().split("-----BEGIN CERTIFICATE-----")[-1]
+    (tmp_path / "proxy-ca.pem").write_text(pem)
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {x86_build['final_image']}\nUSER 0\n"
+        f"COPY --from={tools} /usr/bin/x86_64-linux-gnu-gcc-12 /usr/local/bin/gcc\n"
+        "COPY proxy-ca.pem /opt/venv/lib/proxy-ca.pem\nUSER 1000:1000\n"
+    )
+    image = build(client, tmp_path, "torchstack-test:planted")
+    try:
+        result = run_build_py("test", image)
+        assert result.returncode == 1
+        assert "FAILED tests/image/final/test_final.py::test_no_compilers" in result.stdout
+        assert "compilers left in the final image: ['gcc']" in result.stdout
+        assert "FAILED tests/image/final/test_final.py::test_no_extra_ca_bundles" in result.stdout
+        assert "/opt/venv/lib/proxy-ca.pem" in result.stdout
+    finally:
+        client.images.remove(image, force=True)
+
+
+def test_an_image_the_toolkit_did_not_build(client, x86_build, tmp_path):
+    """Plain Debian (our bootstrapped one) with torch installed by pip, as root: which checks apply."""
+    wheel = next(Path(x86_wheelhouse()).glob("torch-*x86_64.whl"))
+    shutil.copy2(wheel, tmp_path / wheel.name)
+    shutil.copy2(CA_BUNDLE, tmp_path / "ca.crt")
+    (tmp_path / "Dockerfile").write_text(
+        "FROM torchstack-os:bookworm-amd64\n"
+        "RUN apt-get update && apt-get install -y --no-install-recommends python3-venv && rm -rf /var/lib/apt/lists/*\n"
+        f"COPY {wheel.name} ca.crt /tmp/\n"
+        f"RUN python3 -m venv /venv && PIP_CERT=/tmp/ca.crt /venv/bin/pip install --no-cache-dir /tmp/{wheel.name} "
+        f"&& rm /tmp/{wheel.name} /tmp/ca.crt\n"
+        "ENV PATH=/venv/bin:$PATH\n"
+    )
+    image = build(client, tmp_path, "torchstack-test:foreign")
+    try:
+        result = run_build_py("test", image, "--backend", "onednn")
+        out = result.stdout
+        assert result.returncode == 1
+        assert "not a torchstack image (no io.torchstack.build-info label)" in out
+        assert "FAILED tests/image/base/test_base.py::test_default_user_is_not_root" in out
+        assert "FAILED tests/image/final/test_final.py::test_no_pip_and_no_pip_caches" in out
+        for applies in ("test_onednn_availability_is_what_the_backend_promises", "test_convolution_runs_through_onednn"):
+            assert f"FAILED tests/image/final/test_final.py::{applies}" not in out
+        assert "passed" in out.splitlines()[-1] and "skipped" in out.splitlines()[-1]
+    finally:
+        client.images.remove(image, force=True)
