@@ -5,12 +5,12 @@ import time
 import numpy as np
 import torch
 
-N = 512
+N = 256
 a, b = torch.randn(N, N), torch.randn(N, N)
 expected = a.numpy().astype(np.float64) @ b.numpy().astype(np.float64)
 torch.matmul(a, b)  # warm up
 start = time.perf_counter()
-repeats = 10
+repeats = 5
 for _ in range(repeats):
     c = torch.matmul(a, b)
 seconds = (time.perf_counter() - start) / repeats

@@ -7,7 +7,9 @@ set -euo pipefail
 read -r -a scons_flags <<< "$ACL_SCONS_FLAGS"
 echo "torchstack: building Arm Compute Library $VERSION with ${scons_flags[*]} into $PREFIX"
 
-tree=$(mktemp -d)
+# A fixed path, so that compiler-cache keys (absolute paths in arguments) repeat across builds.
+tree=/tmp/torchstack-src/acl
+rm -rf "$tree" && mkdir -p "$tree"
 tar -xzf "$SOURCE" -C "$tree" --strip-components=1
 "$(dirname "$0")/apply-patches.sh" acl "$VERSION" "$tree" "$PATCHES"
 (cd "$tree" && scons "${scons_flags[@]}")

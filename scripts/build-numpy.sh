@@ -10,14 +10,16 @@ read -r -a requirements <<< "$BUILD_REQUIREMENTS"
 read -r -a setup_args <<< "$NUMPY_SETUP_ARGS"
 echo "torchstack: building numpy $VERSION with CFLAGS='$CFLAGS' and ${setup_args[*]}"
 
-tree=$(mktemp -d)
+# A fixed path, so that compiler-cache keys (absolute paths in arguments) repeat across builds.
+tree=/tmp/torchstack-src/numpy
+rm -rf "$tree" && mkdir -p "$tree"
 tar -xzf "$SOURCE" -C "$tree" --strip-components=1
 "$(dirname "$0")/apply-patches.sh" numpy "$VERSION" "$tree" "$PATCHES"
 "$VENV/bin/pip" install --no-cache-dir "${requirements[@]}"
-config=(--config-settings=compile-args=-j"$JOBS")
+config=(--config-settings=compile-args=-j"$JOBS" --config-settings=build-dir=/tmp/torchstack-build/numpy)
 for arg in "${setup_args[@]}"; do
     config+=(--config-settings=setup-args="$arg")
 done
 "$VENV/bin/pip" install --no-cache-dir --no-build-isolation "${config[@]}" "$tree"
 "$VENV/bin/pip" uninstall --yes "${requirements[@]%%==*}"
-rm -rf "$tree"
+rm -rf "$tree" /tmp/torchstack-build/numpy

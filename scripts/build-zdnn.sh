@@ -7,7 +7,9 @@ set -euo pipefail
 : "${SOURCE:?}" "${VERSION:?}" "${PATCHES:?}" "${PREFIX:?}" "${JOBS:?}" "${ZDNN_CFLAGS:?}"
 echo "torchstack: building zDNN $VERSION with $ZDNN_CFLAGS into $PREFIX"
 
-tree=$(mktemp -d)
+# A fixed path, so that compiler-cache keys (absolute paths in arguments) repeat across builds.
+tree=/tmp/torchstack-src/zdnn
+rm -rf "$tree" && mkdir -p "$tree"
 tar -xzf "$SOURCE" -C "$tree" --strip-components=1
 "$(dirname "$0")/apply-patches.sh" zdnn "$VERSION" "$tree" "$PATCHES"
 cd "$tree"

@@ -13,6 +13,9 @@ fi
 
 missing=()
 command -v dockerd > /dev/null || missing+=(docker.io)
+command -v curl > /dev/null || missing+=(curl)
+command -v gpgv > /dev/null || missing+=(gpgv)
+command -v xz > /dev/null || missing+=(xz-utils)
 command -v mmdebstrap > /dev/null || missing+=(mmdebstrap)
 [[ -e /usr/bin/qemu-aarch64-static ]] || missing+=(qemu-user-static)
 command -v update-binfmts > /dev/null || missing+=(binfmt-support)
@@ -31,6 +34,36 @@ fi
 if [[ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]]; then
     say "registering qemu binfmt handlers"
     update-binfmts --enable
+fi
+
+# BuildKit's CLI plugin, for --builder buildx (compiler cache mounts, CA as a secret). Bookworm
+# has no docker-buildx package: take trixie's, verified through the archive's signed InRelease.
+install_buildx_from_trixie() {
+    local arch archive=http://deb.debian.org/debian work
+    arch=$(dpkg --print-architecture)
+    work=$(mktemp -d)
+    curl -fsSL "$archive/dists/trixie/InRelease" -o "$work/InRelease"
+    gpgv --keyring /usr/share/keyrings/debian-archive-keyring.gpg "$work/InRelease" 2> /dev/null
+    curl -fsSL "$archive/dists/trixie/main/binary-$arch/Packages.xz" -o "$work/Packages.xz"
+    grep -q "$(sha256sum "$work/Packages.xz" | cut -d' ' -f1) .* main/binary-$arch/Packages.xz\$" "$work/InRelease"
+    xz -d "$work/Packages.xz"
+    local filename sha
+    filename=$(awk '/^Package: docker-buildx$/{f=1} f&&/^Filename:/{print $2; exit}' "$work/Packages")
+    sha=$(awk '/^Package: docker-buildx$/{f=1} f&&/^SHA256:/{print $2; exit}' "$work/Packages")
+    curl -fsSL "$archive/$filename" -o "$work/buildx.deb"
+    echo "$sha  $work/buildx.deb" | sha256sum --check --quiet
+    dpkg-deb -x "$work/buildx.deb" "$work/root"
+    install -D -m 0755 "$work/root/usr/libexec/docker/cli-plugins/docker-buildx" /usr/libexec/docker/cli-plugins/docker-buildx
+    rm -rf "$work"
+}
+if docker buildx version > /dev/null 2>&1; then
+    say "docker buildx is installed"
+elif apt-cache show docker-buildx > /dev/null 2>&1; then
+    say "installing docker-buildx"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-buildx > /dev/null
+else
+    say "installing docker buildx from Debian trixie's docker-buildx package (signature and checksums verified)"
+    install_buildx_from_trixie
 fi
 
 if docker info > /dev/null 2>&1; then

@@ -8,11 +8,12 @@ import sys
 from pathlib import Path
 
 import click
+import docker.errors
 
 from torchstack import __version__
 from torchstack.errors import DataError, ToolkitError
 from torchstack.model import Catalog, load_catalog
-from torchstack.plan import BUILD_TYPES, Plan, Request, env_line, make_plan
+from torchstack.plan import BUILD_TYPES, BUILDERS, Plan, Request, env_line, make_plan
 
 
 def _parse_pins(values: tuple[str, ...]) -> dict[str, str]:
@@ -47,6 +48,9 @@ def plan_options(catalog: Catalog):
         click.option("--distribution", help=f"Debian release: {', '.join(sorted(catalog.distributions))}."),
         click.option("--base-image", help="OS image to start from instead of the bootstrapped Debian (Debian-family)."),
         click.option("--torch-wheel", help="With --torch-from wheel: a .whl file, a folder of wheels, a URL, or 'index'."),
+        click.option("--builder", type=click.Choice(BUILDERS), default="auto", show_default=True,
+                     help="docker: the Docker SDK's builder, any engine. buildx: BuildKit, with a ccache cache mount "
+                     "and the CA as a secret. auto: buildx when compiling PyTorch and buildx is installed."),
     ]
     for component in with_alternatives:
         options.append(
@@ -62,9 +66,18 @@ def plan_options(catalog: Catalog):
     return decorate
 
 
+def _resolve_builder(choice: str, methods: dict[str, str]) -> str:
+    if choice != "auto":
+        return choice
+    from torchstack.engine import buildx_available
+
+    return "buildx" if methods.get("torch", "source") == "source" and buildx_available() else "docker"
+
+
 def request_from(options: dict, build_type: str | None = None) -> Request:
     methods = {k.removeprefix("from_"): v for k, v in options.items() if k.startswith("from_") and v != "source"}
     return Request(
+        builder=_resolve_builder(options["builder"], methods),
         build_type=build_type or options["build_type"],
         backend=options["backend"],
         build_target=options["build_target"],
@@ -93,6 +106,7 @@ def format_plan(plan: Plan) -> str:
         f"compiler      CFLAGS={plan.cflags}  (GCC {plan.distribution.gcc}, {plan.distribution.name})",
         f"torch         {plan.torch_version}",
         f"jobs          {plan.jobs} (PyTorch MAX_JOBS {plan.torch_jobs})",
+        f"builder       {plan.builder}" + (" (BuildKit: ccache cache mount, CA as a secret)" if plan.builder == "buildx" else ""),
         f"base image    {plan.base_image}" + (" (bootstrapped from the Debian archive if absent)" if plan.base_is_bootstrapped else ""),
         "components",
     ]
@@ -127,6 +141,8 @@ class ToolkitGroup(click.Group):
             _fail(exc.format_message().replace("\n", " "), exc.exit_code)
         except ToolkitError as exc:
             _fail(str(exc), exc.exit_code)
+        except docker.errors.DockerException as exc:
+            _fail(f"the Docker engine failed: {str(exc).splitlines()[0]}", 1)
         except (KeyboardInterrupt, click.exceptions.Abort):
             _fail("interrupted", 130)
         return None

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -15,6 +17,9 @@ import docker.errors
 from torchstack.errors import BuildFailed, EngineUnavailable
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
+# BuildKit's plain progress: "#7 [build 3/9] RUN ..." and "#7 CACHED".
+_BUILDKIT_STEP = re.compile(r"^#(\d+) \[([^\]]*?)\s*(\d+)/(\d+)\] (.*)$")
+_BUILDKIT_CACHED = re.compile(r"^#(\d+) CACHED$")
 
 
 def connect() -> docker.DockerClient:
@@ -84,12 +89,7 @@ def build_image(
     try:
         for chunk in stream:
             if "error" in chunk:
-                detail = chunk.get("errorDetail", {}).get("message") or chunk["error"]
-                last = "\n    ".join(list(progress.tail)[-12:])
-                raise BuildFailed(
-                    f"stage {stage} failed at step {progress.step}/{progress.steps} ({progress.instruction[:100]}): "
-                    f"{detail.strip()}\n  last output:\n    {last}\n  full log: {log_path}"
-                )
+                raise _failure(stage, progress, chunk.get("errorDetail", {}).get("message") or chunk["error"], log_path)
             if "aux" in chunk and "ID" in chunk["aux"]:
                 image_id = chunk["aux"]["ID"]
             text = chunk.get("stream", "")
@@ -114,6 +114,75 @@ def build_image(
     seconds = time.monotonic() - progress.started
     cached = progress.steps > 0 and progress.cached_steps >= progress.steps - from_steps
     return BuildResult(image_id=image_id, seconds=seconds, cached=cached)
+
+
+def _failure(stage: str, progress: BuildProgress, detail: str, log_path: Path) -> BuildFailed:
+    last = "\n    ".join(list(progress.tail)[-12:])
+    return BuildFailed(
+        f"stage {stage} failed at step {progress.step}/{progress.steps} ({progress.instruction[:100]}): "
+        f"{detail.strip()}\n  last output:\n    {last}\n  full log: {log_path}"
+    )
+
+
+def buildx_available() -> bool:
+    docker_cli = shutil.which("docker")
+    return docker_cli is not None and subprocess.run([docker_cli, "buildx", "version"], capture_output=True).returncode == 0
+
+
+def build_image_buildx(
+    context: Path,
+    tag: str,
+    platform: str,
+    labels: dict[str, str],
+    nocache: bool,
+    secrets: dict[str, Path],
+    log: Callable[[str], None],
+    progress: BuildProgress,
+    stage: str,
+    log_path: Path,
+) -> BuildResult:
+    """Build one image with BuildKit (`docker buildx build --load`): cache mounts and secrets.
+
+    BuildKit names the image only once it is complete, so a failed or interrupted build
+    leaves no tag; finished steps stay in BuildKit's cache.
+    """
+    command = [
+        "docker", "buildx", "build", "--progress=plain", "--load", "--tag", tag,
+        "--platform", platform, "--network", "host", str(context),
+    ]  # fmt: skip
+    command[3:3] = [arg for key, value in labels.items() for arg in ("--label", f"{key}={value}")]
+    command[3:3] = [arg for key, path in secrets.items() for arg in ("--secret", f"id={key},src={path}")]
+    if nocache:
+        command.insert(3, "--no-cache")
+    steps: dict[str, str] = {}
+    cached: set[str] = set()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, bufsize=1)
+    try:
+        for line in process.stderr:
+            line = line.rstrip("\n")
+            log(line)
+            match = _BUILDKIT_STEP.match(line)
+            if match:
+                steps[match[1]] = match[5]
+                progress.step, progress.steps, progress.instruction = int(match[3]), int(match[4]), match[5]
+            elif _BUILDKIT_CACHED.match(line):
+                cached.add(line.split()[0][1:])
+            elif line.strip():
+                progress.tail.append(line.strip())
+        process.wait()
+    except BaseException:
+        process.terminate()
+        process.wait()
+        raise
+    if process.returncode != 0:
+        errors = [line for line in progress.tail if "ERROR" in line] or ["docker buildx build failed"]
+        raise _failure(stage, progress, errors[-1], log_path)
+    run_steps = {k for k, v in steps.items() if not v.upper().startswith("FROM")}
+    progress.cached_steps = len(cached & run_steps)
+    image_id = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{.Id}}", tag], capture_output=True, text=True
+    ).stdout.strip()
+    return BuildResult(image_id=image_id, seconds=time.monotonic() - progress.started, cached=run_steps <= cached)
 
 
 def image_size(client: docker.DockerClient, image: str) -> int:

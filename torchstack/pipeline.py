@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import shutil
 import time
 from datetime import datetime, timezone
@@ -60,18 +61,28 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
     started = time.monotonic()
 
     with BuildView(reports, log_path, options.get("quiet", False)) as view:
+        if not engine.image_exists(client, plan.base_image):
+            how = "bootstrapping it from the Debian archive" if plan.base_is_bootstrapped else "pulling it"
+            view.note(f"torchstack: base image {plan.base_image} is not here; {how}")
         base = bootstrap.ensure_base_image(client, plan, options.get("debian_mirror"))
         view.note(f"torchstack: base image {base}")
         for stage, report in zip(plan.stages, reports):
             assemble_context(plan, stage, contexts / stage.name, source_files, ca_bundle)
             progress = view.start(report)
             labels = {**plan.labels, "io.torchstack.stage": stage.name}
+            log = functools.partial(view.line, stage.name)
             try:
-                result = engine.build_image(
-                    client, contexts / stage.name, stage.image, plan.platform, labels,
-                    options.get("no_cache", False), lambda text, s=stage.name: view.line(s, text),
-                    progress, stage.name, log_path,
-                )  # fmt: skip
+                if plan.builder == "buildx":
+                    secrets = {"ca": ca_bundle} if ca_bundle else {}
+                    result = engine.build_image_buildx(
+                        contexts / stage.name, stage.image, plan.platform, labels, options.get("no_cache", False),
+                        secrets, log, progress, stage.name, log_path,
+                    )  # fmt: skip
+                else:
+                    result = engine.build_image(
+                        client, contexts / stage.name, stage.image, plan.platform, labels,
+                        options.get("no_cache", False), log, progress, stage.name, log_path,
+                    )  # fmt: skip
             except KeyboardInterrupt:
                 report.status = "interrupted"
                 raise Interrupted(

@@ -22,12 +22,22 @@ from torchstack.model import (
     _read_yaml,
     parse_target,
 )
-from torchstack.wheels import WheelName, WheelSpec, check_contents, pick_from_folder, refuse_backend_without_wheels
+from torchstack.wheels import (
+    WheelName,
+    WheelSpec,
+    check_contents,
+    pick_from_folder,
+    refuse_backend_without_wheels,
+    torch_version_of,
+)
 
 BUILD_TYPES = ("base", "libs", "tools", "dev", "final", "full", "pytorch")
 BUILD_TYPE_ALIASES = {"full": "final", "pytorch": "final"}
 VENV = "/opt/venv"
+IMAGE_PATH = f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SOURCES_DIR = "/opt/torchstack/sources"
+CCACHE_DIR = "/ccache"
+BUILDERS = ("auto", "docker", "buildx")
 GIB_PER_TORCH_JOB = 3.0
 GIB_PER_JOB = 1.0
 
@@ -51,6 +61,7 @@ class Request:
     torch_wheel: str | None = None
     distribution: str | None = None
     base_image: str | None = None
+    builder: str = "docker"  # docker | buildx; "auto" is resolved by the caller, who can ask the engine
     cpuinfo: str | None = None
     now: datetime | None = None
 
@@ -105,6 +116,7 @@ class Plan:
     torch_jobs: int
     base_image: str
     base_is_bootstrapped: bool
+    builder: str
     torch_wheel: WheelSpec | None
     torch_wheel_file: Path | None
     components: tuple[ComponentPlan, ...]
@@ -246,6 +258,9 @@ def _component_env(
         env["PATCHES"] = f"/opt/torchstack/patches/{component.name}"
         if prefix:
             env["PREFIX"] = prefix
+        if plan_ctx["builder"] == "buildx":
+            # BuildKit keeps /ccache across builds; Debian's ccache wrappers come first on PATH.
+            env.update(CCACHE_DIR=CCACHE_DIR, PATH=f"/usr/lib/ccache:{IMAGE_PATH}")
     if component.name == "openblas" and method == "source":
         tuning = target.openblas
         flags = [f"TARGET={tuning.target}", "USE_OPENMP=1", "NUM_THREADS=256", "NO_STATIC=1", "COMMON_OPT=-O2"]
@@ -262,6 +277,8 @@ def _component_env(
             f"arch={target.acl.arch}", "build=native", f"multi_isa={int(target.acl.multi_isa)}",
             "fixed_format_kernels=1", "openmp=1", "cppthreads=0", f"-j{jobs}",
         ]  # fmt: skip
+        if plan_ctx["builder"] == "buildx":
+            flags.append("compiler_cache=ccache")  # scons does not pass PATH on to the compiler
         env.update(ACL_SCONS_FLAGS=" ".join(flags))
     elif component.name == "zdnn":
         if target.zdnn is None:
@@ -363,6 +380,8 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
         if component.needed_by == "torch-build" and torch_method != "source":
             continue
         methods[name] = request.methods.get(name, "source")
+    if request.builder not in BUILDERS[1:]:
+        raise _fail_choice("--builder", request.builder, list(BUILDERS[1:]))
     if request.torch_wheel and torch_method != "wheel":
         raise UsageProblem("--torch-wheel needs --torch-from wheel")
 
@@ -385,7 +404,7 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
             if request.torch_version and name.version.split("+")[0] != request.torch_version.split("+")[0]:
                 raise UsageProblem(f"--torch-version {request.torch_version} but {wheel_file.name} is torch {name.version}")
             check_contents(wheel_file, backend.name, backend.wheel_markers, catalog.components["torch"].wheel_excludes)
-            torch_version = name.version
+            torch_version = torch_version_of(wheel_file)
         elif wheel_spec.kind == "url":
             torch_version = WheelName.parse(wheel_spec.where.rsplit("/", 1)[-1].split("#")[0]).version
         else:
@@ -412,6 +431,7 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
         "torch_jobs": torch_jobs,
         "torch_version": torch_version,
         "arch": arch,
+        "builder": request.builder,
         "torch_wheel_name": wheel_file.name if wheel_file else "torch.whl",
     }
     components: list[ComponentPlan] = []
@@ -448,7 +468,11 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
                 libdir=f"{prefix}/{component.libdir}" if source_build and prefix else None,
                 env=env,
                 source=source,
-                build_packages=component.build_packages if source_build else (alternative.build_packages if alternative else ()),
+                build_packages=(
+                    component.build_packages + (("ccache",) if request.builder == "buildx" else ())
+                    if source_build
+                    else (alternative.build_packages if alternative else ())
+                ),
                 runtime_packages=component.runtime_packages if source_build else (alternative.runtime_packages if alternative else ()),
                 build_requirements=component.build_requirements if source_build else (),
             )
@@ -500,6 +524,7 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
         torch_jobs=torch_jobs,
         base_image=base_image,
         base_is_bootstrapped=request.base_image is None,
+        builder=request.builder,
         torch_wheel=wheel_spec,
         torch_wheel_file=wheel_file,
         components=tuple(components),

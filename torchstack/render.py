@@ -11,8 +11,9 @@ from pathlib import Path
 
 import jinja2
 
+from torchstack.errors import ToolkitError
 from torchstack.model import ROOT
-from torchstack.plan import SOURCES_DIR, VENV, Plan, StagePlan, env_line
+from torchstack.plan import CCACHE_DIR, IMAGE_PATH, SOURCES_DIR, VENV, Plan, StagePlan, env_line
 
 TEMPLATES = ROOT / "templates"
 SCRIPTS = ROOT / "scripts"
@@ -47,11 +48,22 @@ _ENV = _environment()
 
 
 def render_dockerfile(plan: Plan, stage: StagePlan, ca_bundle: bool) -> str:
+    try:
+        return _render(plan, stage, ca_bundle)
+    except jinja2.TemplateError as exc:
+        where = f"{getattr(exc, 'name', None) or stage.template}" + (f":{exc.lineno}" if getattr(exc, "lineno", None) else "")
+        raise ToolkitError(f"template {where}: {exc.message}") from None
+
+
+def _render(plan: Plan, stage: StagePlan, ca_bundle: bool) -> str:
     text = _ENV.get_template(stage.template).render(
         plan=plan,
         stage=stage,
         venv=VENV,
         sources_dir=SOURCES_DIR,
+        image_path=IMAGE_PATH,
+        ccache_dir=CCACHE_DIR,
+        buildkit=plan.builder == "buildx",
         user=USER,
         ca_bundle=ca_bundle,
         runtime_packages=plan.runtime_packages,

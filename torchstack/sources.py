@@ -92,8 +92,8 @@ def fetch_source(name: str, source: Source, mirror: str | None = None, cache: Pa
 
 
 def plan_sources(plan: Plan) -> dict[str, tuple[str, Source]]:
-    """Source file name -> (component, pinned source) for every component the plan compiles."""
-    return {c.source.filename: (c.name, c.source) for c in plan.components if c.source is not None}
+    """Source file name -> (component, pinned source) for what the plan's stages compile."""
+    return {c.source.filename: (c.name, c.source) for s in plan.stages for c in s.components if c.source is not None}
 
 
 def cached_sources(plan: Plan, cache: Path | None = None) -> dict[str, Path]:

@@ -84,6 +84,20 @@ def download_from_index(dest: Path, arch: str, python: str, version: str) -> Pat
     return pick_from_folder(dest, arch, python, version)
 
 
+def torch_version_of(path: Path) -> str:
+    """torch.__version__ as the wheel will report it (torch/version.py), e.g. 2.8.0+cpu.
+
+    It can differ from the file name: PyPI's aarch64 torch-2.8.0 wheel reports 2.8.0+cpu.
+    """
+    with zipfile.ZipFile(path) as wheel:
+        try:
+            text = wheel.read("torch/version.py").decode()
+        except KeyError:
+            return WheelName.parse(path.name).version
+    match = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
+    return match[1] if match else WheelName.parse(path.name).version
+
+
 def refuse_backend_without_wheels(backend: str, markers: tuple[str, ...]) -> None:
     if not markers:
         raise UsageProblem(

@@ -66,6 +66,7 @@ def test_no_docker_daemon_is_one_clear_line():
 
 def test_a_failing_step_names_stage_step_output_and_log(client, x86_build, repo_copy, unique_tag):
     patches = repo_copy / "patches" / "numpy"
+    patches.mkdir(parents=True, exist_ok=True)
     (patches / "0001-stale.patch").write_text(
         "Why: stands for a patch upstream has overtaken.\n--- a/no-such-file.py\n+++ b/no-such-file.py\n@@ -1 +1 @@\n-a\n+b\n"
     )

@@ -20,7 +20,7 @@ def build(client, context: Path, tag: str) -> str:
 def test_onednn_acl_checks_fail_on_an_x86_onednn_image(x86_build):
     result = run_build_py("test", x86_build["final_image"], "--backend", "onednn-acl")
     assert result.returncode == 1
-    assert "FAILED tests/image/final/test_final.py::test_convolution_runs_through_onednn" in result.stdout
+    assert "FAILED tests/image/final/test_final.py::test_conv_and_linear_run_through_onednn" in result.stdout
     assert "FAILED tests/image/final/test_final.py::test_backend_libraries_are_in_the_image" in result.stdout
     assert "libarm_compute is neither loaded by torch nor in the linker cache" in result.stdout
 
@@ -67,7 +67,7 @@ def test_an_image_the_toolkit_did_not_build(client, x86_build, tmp_path):
         assert "not a torchstack image (no io.torchstack.build-info label)" in out
         assert "FAILED tests/image/base/test_base.py::test_default_user_is_not_root" in out
         assert "FAILED tests/image/final/test_final.py::test_no_pip_and_no_pip_caches" in out
-        for applies in ("test_onednn_availability_is_what_the_backend_promises", "test_convolution_runs_through_onednn"):
+        for applies in ("test_onednn_availability_is_what_the_backend_promises", "test_conv_and_linear_run_through_onednn"):
             assert f"FAILED tests/image/final/test_final.py::{applies}" not in out
         assert "passed" in out.splitlines()[-1] and "skipped" in out.splitlines()[-1]
     finally:

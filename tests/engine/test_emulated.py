@@ -11,8 +11,10 @@ from tests.engine.conftest import CA_BUNDLE, run_build_py
 pytestmark = [pytest.mark.engine, pytest.mark.emulated]
 
 # PyPI's aarch64 torch wheels are CPU builds carrying oneDNN with ACL up to torch 2.8; from 2.9
-# on they are CUDA builds, which the toolkit refuses for a CPU image.
+# on they are CUDA builds, which the toolkit refuses for a CPU image. The 2.8.0 wheel reports
+# itself as 2.8.0+cpu, and that is the version the tag carries.
 TORCH = "2.8.0"
+REPORTED = "2.8.0+cpu"
 
 
 def test_arm64_onednn_acl_image_under_emulation(client, tmp_path):
@@ -23,7 +25,7 @@ def test_arm64_onednn_acl_image_under_emulation(client, tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-4000:]
     built = json.loads(summary.read_text())
-    assert built["final_image"].endswith(f"-torch-{TORCH}-onednn-acl-openblas.distro-numpy.wheel-torch.wheel")
+    assert built["final_image"].endswith("-torch-2.8.0-cpu-onednn-acl-openblas.distro-numpy.wheel-torch.wheel")
     assert "failed" not in built["checks"] and "passed" in built["checks"], built["checks"]
     image = client.images.get(built["final_image"])
     assert image.attrs["Architecture"] == "arm64"
@@ -31,4 +33,4 @@ def test_arm64_onednn_acl_image_under_emulation(client, tmp_path):
         built["final_image"], ["python", "-c", "import torch; print(torch.__version__, torch.backends.mkldnn.is_available())"],
         remove=True, platform="linux/arm64",
     ).decode().split()  # fmt: skip
-    assert out == [TORCH, "True"]
+    assert out == [REPORTED, "True"]

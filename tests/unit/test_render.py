@@ -27,8 +27,8 @@ def all_plans(catalog, plan_for):
                        for n in backend.components if catalog.components[n].alternatives]  # fmt: skip
             for target, choice in itertools.product(catalog.targets_for(arch), itertools.product(*methods)):
                 try:
-                    yield plan_for(backend=backend.name, arch=arch, build_target=target.name, methods=dict(choice),
-                                   distribution="trixie")  # fmt: skip
+                    yield from plan_for(backend=backend.name, arch=arch, build_target=target.name, methods=dict(choice),
+                                        distribution="trixie")  # fmt: skip
                 except UsageProblem:
                     continue
 
@@ -41,9 +41,12 @@ def rendered(catalog, tmp_path_factory):
     def plan_for(**fields):
         return make_plan(catalog, Request(now=NOW, **fields))
 
+    def both_builders(**fields):
+        return [plan_for(**fields), plan_for(builder="buildx", **fields)]
+
     out = tmp_path_factory.mktemp("rendered")
     files = []
-    for i, plan in enumerate(all_plans(catalog, plan_for)):
+    for i, plan in enumerate(all_plans(catalog, both_builders)):
         for stage in plan.stages:
             for ca in (False, True):
                 path = out / f"{i}-{stage.name}-{int(ca)}.Dockerfile"
@@ -53,7 +56,17 @@ def rendered(catalog, tmp_path_factory):
 
 
 def test_every_combination_renders(rendered):
-    assert len(rendered) > 300
+    assert len(rendered) > 600
+
+
+def test_buildkit_mounts_the_ca_as_a_secret_and_caches_compiles(plan_for):
+    plan = plan_for(builder="buildx")
+    tools = render_dockerfile(plan, plan.stage("tools"), ca_bundle=True)
+    assert "COPY ca-bundle.crt" not in tools and "ENV PIP_CERT=/run/secrets/ca" in tools
+    assert "RUN --mount=type=secret,id=ca --mount=type=cache,id=torchstack-ccache-x86_64,target=/ccache" in tools
+    assert plan.component("numpy").env["PATH"].startswith("/usr/lib/ccache:")
+    assert "ccache" in plan.component("numpy").build_packages
+    assert plan.component("openblas").env["CCACHE_DIR"] == "/ccache"
 
 
 def test_every_dockerfile_parses(rendered):

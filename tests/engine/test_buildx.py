@@ -1,0 +1,53 @@
+"""BuildKit builds: a ccache cache mount, so that changing one patch recompiles only what it touches."""
+
+from __future__ import annotations
+
+import difflib
+import re
+import tarfile
+
+import pytest
+
+from tests.engine.conftest import CA_BUNDLE, run_build_py
+from torchstack.sources import cache_dir
+
+pytestmark = pytest.mark.engine
+
+TOUCHED = "numpy/_core/src/multiarray/alloc.c"
+
+
+def ccache_counts(stderr: str) -> tuple[int, int]:
+    """Hits and misses that the last `ccache --show-stats` of the build's log reported."""
+    log = open(stderr.split("full build output goes to")[1].split()[0]).read()
+    stats = log.rsplit("Cacheable calls:", 1)[1]
+    hits = int(re.search(r"Hits:\s+(\d+)", stats)[1])
+    misses = int(re.search(r"Misses:\s+(\d+)", stats)[1])
+    return hits, misses
+
+
+def test_a_patch_recompiles_only_what_it_touches(client, repo_copy, unique_tag):
+    args = ["--build-type", "tools", "--openblas-from", "distro", "--builder", "buildx",
+            "--ca-bundle", str(CA_BUNDLE), "--tag", unique_tag]  # fmt: skip
+    first = run_build_py(*args, cwd=repo_copy)
+    assert first.returncode == 0, first.stderr[-3000:]
+
+    with tarfile.open(cache_dir() / "numpy-2.3.5.tar.gz") as sdist:
+        original = sdist.extractfile(f"numpy-2.3.5/{TOUCHED}").read().decode().splitlines(keepends=True)
+    changed = original + ["/* torchstack test: a one-line patch */\n"]
+    patch = "Why: proves the compiler cache. Upstream: none.\n" + "".join(
+        difflib.unified_diff(original, changed, f"a/{TOUCHED}", f"b/{TOUCHED}")
+    )
+    patches = repo_copy / "patches" / "numpy"
+    patches.mkdir(parents=True, exist_ok=True)
+    (patches / "0001-touch-alloc.patch").write_text(patch)
+    (patches / "series").write_text("0001-touch-alloc.patch\n")
+
+    second = run_build_py(*args, cwd=repo_copy)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "applied 0001-touch-alloc.patch to numpy 2.3.5" in open(
+        second.stderr.split("full build output goes to")[1].split()[0]
+    ).read()
+    hits, misses = ccache_counts(second.stderr)
+    print(f"after a one-file patch: {hits} compiler cache hits, {misses} misses")
+    assert hits > 100 and misses <= 3, (hits, misses)
+    assert f"torchstack-tools:{unique_tag}" in {t for image in client.images.list() for t in image.tags}
