@@ -16,6 +16,15 @@ from torchstack.host import host_arch
 from torchstack.plan import Plan
 
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
+# As Debian's own slim images: no manuals, translations or documentation, but the licences.
+SLIM_DPKG_OPTIONS = (
+    "path-exclude=/usr/share/man/*",
+    "path-exclude=/usr/share/locale/*",
+    "path-include=/usr/share/locale/locale.alias",
+    "path-exclude=/usr/share/doc/*",
+    "path-include=/usr/share/doc/*/copyright",
+    "path-exclude=/usr/share/info/*",
+)
 DOCKERFILE = """FROM scratch
 ADD rootfs.tar /
 CMD ["bash"]
@@ -57,8 +66,9 @@ def ensure_base_image(client: docker.DockerClient, plan: Plan, mirror: str | Non
     with tempfile.TemporaryDirectory(prefix="torchstack-rootfs-") as work:
         rootfs = Path(work) / "rootfs.tar"
         command = [
-            "mmdebstrap", "--variant=minbase", f"--architectures={plan.arch.debian}",
-            "--quiet", distribution.name, str(rootfs), mirror or distribution.mirror,
+            "mmdebstrap", "--variant=minbase", f"--architectures={plan.arch.debian}", "--quiet",
+            *(f"--dpkgopt={option}" for option in SLIM_DPKG_OPTIONS),
+            distribution.name, str(rootfs), mirror or distribution.mirror,
         ]  # fmt: skip
         # A fixed SOURCE_DATE_EPOCH makes the tarball reproducible for the same package versions.
         env = {**os.environ, "SOURCE_DATE_EPOCH": os.environ.get("SOURCE_DATE_EPOCH", "1704067200")}

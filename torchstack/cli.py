@@ -74,11 +74,11 @@ def _resolve_builder(choice: str, methods: dict[str, str]) -> str:
     return "buildx" if methods.get("torch", "source") == "source" and buildx_available() else "docker"
 
 
-def request_from(options: dict, build_type: str | None = None) -> Request:
+def request_from(options: dict) -> Request:
     methods = {k.removeprefix("from_"): v for k, v in options.items() if k.startswith("from_") and v != "source"}
     return Request(
         builder=_resolve_builder(options["builder"], methods),
-        build_type=build_type or options["build_type"],
+        build_type=options["build_type"],
         backend=options["backend"],
         build_target=options["build_target"],
         arch=options["arch"],
@@ -244,13 +244,13 @@ def make_cli(catalog: Catalog) -> click.Group:
     @click.option("--arch", help="Architecture (default: this host's).")
     @click.option("--distribution", default=catalog.default_distribution, show_default=True)
     @click.option("--debian-mirror", help="Debian archive URL (default: the distribution's).")
-    def bootstrap_command(arch: str | None, distribution: str, debian_mirror: str | None) -> None:
+    @click.option("--force", is_flag=True, help="Make it again even if the image exists.")
+    def bootstrap_command(arch: str | None, distribution: str, debian_mirror: str | None, force: bool) -> None:
         """Create the Debian base image from the Debian archive with mmdebstrap (no registry needed)."""
         from torchstack import bootstrap, engine
 
-        options = {"arch": arch, "distribution": distribution}
-        plan = make_plan(catalog, request_from({**_defaults(cli), **options}, build_type="base"))
-        image = bootstrap.ensure_base_image(engine.connect(), plan, debian_mirror, force=True)
+        plan = make_plan(catalog, Request(build_type="base", arch=arch, distribution=distribution))
+        image = bootstrap.ensure_base_image(engine.connect(), plan, debian_mirror, force=force)
         click.echo(image)
 
     @cli.command("test")
@@ -267,11 +267,6 @@ def make_cli(catalog: Catalog) -> click.Group:
         click.echo(f"{image}: {result.summary}")
 
     return cli
-
-
-def _defaults(group: click.Group) -> dict:
-    """Every option of the group at its default value."""
-    return {p.name: p.default for p in group.params if isinstance(p, click.Option)}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -66,6 +66,8 @@ def test_list_backends_and_targets(cli):
         (["plan", "--source-version", "openblas"], "expected COMPONENT=VERSION"),
         (["plan", "--openblas-from", "conda"], "Invalid value for '--openblas-from'"),
         (["--frobnicate"], "No such option '--frobnicate'"),
+        (["bootstrap", "--arch", "sparc"], "unknown --arch 'sparc'; valid: aarch64, s390x, x86_64"),
+        (["plan", "--builder", "kaniko"], "Invalid value for '--builder'"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(cli, args, message):
