@@ -333,6 +333,11 @@ def _tag_variants(
     elif request.distribution and request.distribution != catalog.default_distribution:
         variants.append(request.distribution)
     variants += [f"{name}.{method}" for name, method in methods.items() if method != "source"]
+    variants += [
+        f"{name}-{tags.tag_safe(version)}"
+        for name, version in request.versions.items()
+        if name in methods and version != catalog.components[name].default_version
+    ]
     return tuple(variants)
 
 

@@ -44,6 +44,8 @@ class BuildView:
         self.log_path = log_path
         self.quiet = quiet
         self.console = Console(stderr=True, soft_wrap=True)
+        if not self.console.is_terminal:
+            self.console.width = 200  # CI logs: keep tables and long tags whole
         self.progress: dict[str, BuildProgress] = {}
         self._live: Live | None = None
         self._log = log_path.open("a", encoding="utf-8")

@@ -161,9 +161,11 @@ def test_a_distro_openblas_is_named_in_the_tag_and_not_compiled(plan_for):
     assert env_of(plan, "numpy")["PKG_CONFIG_PATH"] == ""
 
 
-def test_another_pinned_version(plan_for):
+def test_another_pinned_version_is_built_and_named_in_the_tag(plan_for):
     plan = plan_for(versions={"openblas": "0.3.28"})
     assert plan.component("openblas").source.sha256.startswith("f1003466")
+    assert plan.release_tag == "r26.11-torch-2.13.0-onednn-openblas-0.3.28"
+    assert plan_for(versions={"openblas": "0.3.33"}).release_tag == "r26.11-torch-2.13.0-onednn"
 
 
 @pytest.mark.parametrize(
