@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -43,9 +44,8 @@ class BuildView:
         self.reports = reports
         self.log_path = log_path
         self.quiet = quiet
-        self.console = Console(stderr=True, soft_wrap=True)
-        if not self.console.is_terminal:
-            self.console.width = 200  # CI logs: keep tables and long tags whole
+        # On a terminal, its width; in CI logs, wide enough to keep tables and long tags whole.
+        self.console = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 200)
         self.progress: dict[str, BuildProgress] = {}
         self._live: Live | None = None
         self._log = log_path.open("a", encoding="utf-8")
