@@ -197,7 +197,7 @@ def _fail_choice(what: str, value: str, valid: list[str], extra: str = "") -> Us
     return UsageProblem(f"unknown {what} {value!r}{extra}; valid: {', '.join(valid)}")
 
 
-def _resolve_arch(catalog: Catalog, request: Request, backend_name: str | None, host_arch: str) -> tuple[str, str]:
+def _resolve_arch(catalog: Catalog, request: Request, host_arch: str) -> tuple[str, str]:
     """The image's architecture and why: --arch, else the target's, else the backend's, else the host's."""
     if request.arch:
         if request.arch not in catalog.architectures:
@@ -206,10 +206,10 @@ def _resolve_arch(catalog: Catalog, request: Request, backend_name: str | None, 
     target_arches = catalog.arches_of_target(request.build_target)
     if len(target_arches) == 1:
         return target_arches[0], f"--build-target {request.build_target}"
-    if backend_name and backend_name in catalog.backends:
-        arches = catalog.backends[backend_name].arches
+    if request.backend in catalog.backends:
+        arches = catalog.backends[request.backend].arches
         if len(arches) == 1:
-            return arches[0], f"--backend {backend_name}"
+            return arches[0], f"--backend {request.backend}"
     return host_arch, "this host"
 
 
@@ -341,6 +341,127 @@ def _tag_variants(
     return tuple(variants)
 
 
+def _methods(catalog: Catalog, request: Request, backend: Backend) -> dict[str, str]:
+    """How each component of the backend is obtained: its pinned source unless the user chose otherwise.
+
+    Components only PyTorch's compile needs (ACL) are left out when torch comes prebuilt.
+    """
+    for name, method in request.methods.items():
+        if name not in catalog.components:
+            raise _fail_choice("component", name, sorted(catalog.components))
+        if method not in catalog.components[name].methods:
+            raise UsageProblem(f"--{name}-from {method}: valid for {name}: {', '.join(catalog.components[name].methods)}")
+    torch_prebuilt = request.methods.get("torch", "source") != "source"
+    return {
+        name: request.methods.get(name, "source")
+        for name in backend.components
+        if not (catalog.components[name].needed_by == "torch-build" and torch_prebuilt)
+    }
+
+
+def _torch_origin(
+    catalog: Catalog, request: Request, backend: Backend, arch_name: str, distribution: Distribution
+) -> tuple[WheelSpec | None, Path | None, str]:
+    """Where torch comes from, and so the version in the tag: its pinned source or a wheel."""
+    pinned_torch = catalog.components["torch"].default_version
+    if request.methods.get("torch", "source") != "wheel":
+        return None, None, request.torch_version or pinned_torch
+    refuse_backend_without_wheels(backend.name, backend.wheel_markers)
+    wheel_spec = WheelSpec.parse(request.torch_wheel or "index")
+    if wheel_spec.kind == "url":
+        return wheel_spec, None, WheelName.parse(wheel_spec.where.rsplit("/", 1)[-1].split("#")[0]).version
+    if wheel_spec.kind == "index":
+        return wheel_spec, None, request.torch_version or pinned_torch
+    if wheel_spec.kind == "file":
+        wheel_file = Path(wheel_spec.where)
+    else:
+        wheel_file = pick_from_folder(Path(wheel_spec.where), arch_name, distribution.python, request.torch_version)
+    name = WheelName.parse(wheel_file.name)
+    if not name.fits(arch_name, distribution.python):
+        raise UsageProblem(f"{wheel_file.name} is not for {arch_name} with Python {distribution.python} ({distribution.name})")
+    if request.torch_version and name.version.split("+")[0] != request.torch_version.split("+")[0]:
+        raise UsageProblem(f"--torch-version {request.torch_version} but {wheel_file.name} is torch {name.version}")
+    check_contents(wheel_file, backend.name, backend.wheel_markers, catalog.components["torch"].wheel_excludes)
+    return wheel_spec, wheel_file, torch_version_of(wheel_file)
+
+
+def _component_plans(
+    catalog: Catalog, request: Request, methods: dict[str, str], versions: dict[str, str], ctx: dict[str, object]
+) -> tuple[ComponentPlan, ...]:
+    """Each component the backend needs, in its order: version, source or alternative, script inputs."""
+    for name in request.versions:
+        if name not in catalog.components:
+            raise _fail_choice("component", name, sorted(catalog.components))
+    components: list[ComponentPlan] = []
+    for name, method in methods.items():
+        component = catalog.components[name]
+        version = versions.get(name) or component.default_version
+        source = component.source(version) if method == "source" else None
+        if method == "source" and source is None:
+            pinned = ", ".join(p.version for p in component.versions)
+            raise UsageProblem(
+                f"{name} {version} has no pinned, checksummed source (torchstack/data/components.yaml); "
+                f"pinned: {pinned}" + ("; or use --torch-from wheel" if name == "torch" else "")
+            )
+        alternative = component.alternatives.get(method)
+        prefix = alternative.prefix if alternative and alternative.prefix else component.prefix
+        ctx[f"{name}_prefix"] = prefix
+        source_build = method == "source"
+        components.append(
+            ComponentPlan(
+                name=name,
+                method=method,
+                version=version,
+                needed_by=component.needed_by,
+                script=component.script,
+                prefix=prefix,
+                libdir=f"{prefix}/{component.libdir}" if source_build and prefix else None,
+                env=_component_env(ctx, component, method, prefix, source, version),
+                source=source,
+                build_packages=(
+                    component.build_packages + (("ccache",) if request.builder == "buildx" else ())
+                    if source_build
+                    else (alternative.build_packages if alternative else ())
+                ),
+                runtime_packages=component.runtime_packages if source_build else (alternative.runtime_packages if alternative else ()),
+                build_requirements=component.build_requirements if source_build else (),
+            )
+        )
+    return tuple(components)
+
+
+def _stage_plans(
+    catalog: Catalog, wanted: str, components: tuple[ComponentPlan, ...], base_image: str, image_name: str
+) -> tuple[StagePlan, ...]:
+    """The requested stage and everything it needs, in table order."""
+    needed: set[str] = set()
+
+    def need(stage: Stage) -> None:
+        if stage.name not in needed:
+            needed.add(stage.name)
+            for dep in (stage.parent, *stage.copies_from):
+                if dep:
+                    need(catalog.stage(dep))
+
+    need(catalog.stage(wanted))
+    images = {s.name: image_name.format(stage=s.name) for s in catalog.stages}
+    return tuple(
+        StagePlan(
+            name=s.name,
+            template=s.template,
+            description=s.description,
+            image=images[s.name],
+            parent_image=images[s.parent] if s.parent else base_image,
+            copies={dep: images[dep] for dep in s.copies_from},
+            components=tuple(c for c in components if catalog.components[c.name].stage == s.name),
+            packages=s.packages,
+            size_budget_mib=s.size_budget_mib,
+        )
+        for s in catalog.stages
+        if s.name in needed
+    )
+
+
 def make_plan(catalog: Catalog, request: Request) -> Plan:
     now = request.now or datetime.now(timezone.utc)
     this_host = host.host_arch()
@@ -349,7 +470,7 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
     if request.backend is not None and request.backend not in catalog.backends:
         raise _fail_choice("--backend", request.backend, sorted(catalog.backends))
 
-    arch_name, arch_why = _resolve_arch(catalog, request, request.backend, this_host)
+    arch_name, arch_why = _resolve_arch(catalog, request, this_host)
     arch = catalog.architectures[arch_name]
     backend = catalog.backends[request.backend or arch.default_backend]
     if arch_name not in backend.arches:
@@ -370,52 +491,13 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
             f"{distribution.name} has GCC {distribution.gcc}: choose another --distribution or target"
         )
 
-    # How each component is obtained: its pinned source unless the user chose an alternative.
-    methods: dict[str, str] = {}
-    for name, method in request.methods.items():
-        if name not in catalog.components:
-            raise _fail_choice("component", name, sorted(catalog.components))
-        if method not in catalog.components[name].methods:
-            raise UsageProblem(
-                f"--{name}-from {method}: valid for {name}: {', '.join(catalog.components[name].methods)}"
-            )
-    torch_method = request.methods.get("torch", "source")
-    for name in backend.components:
-        component = catalog.components[name]
-        if component.needed_by == "torch-build" and torch_method != "source":
-            continue
-        methods[name] = request.methods.get(name, "source")
+    methods = _methods(catalog, request, backend)
     if request.builder not in BUILDERS[1:]:
         raise _fail_choice("--builder", request.builder, list(BUILDERS[1:]))
-    if request.torch_wheel and torch_method != "wheel":
+    if request.torch_wheel and methods.get("torch") != "wheel":
         raise UsageProblem("--torch-wheel needs --torch-from wheel")
 
-    # Where torch comes from decides the version in the tag.
-    wheel_spec = wheel_file = None
-    pinned_torch = catalog.components["torch"].default_version
-    if torch_method == "wheel":
-        refuse_backend_without_wheels(backend.name, backend.wheel_markers)
-        wheel_spec = WheelSpec.parse(request.torch_wheel or "index")
-        if wheel_spec.kind == "file":
-            wheel_file = Path(wheel_spec.where)
-        elif wheel_spec.kind == "dir":
-            wheel_file = pick_from_folder(Path(wheel_spec.where), arch_name, distribution.python, request.torch_version)
-        if wheel_file is not None:
-            name = WheelName.parse(wheel_file.name)
-            if not name.fits(arch_name, distribution.python):
-                raise UsageProblem(
-                    f"{wheel_file.name} is not for {arch_name} with Python {distribution.python} ({distribution.name})"
-                )
-            if request.torch_version and name.version.split("+")[0] != request.torch_version.split("+")[0]:
-                raise UsageProblem(f"--torch-version {request.torch_version} but {wheel_file.name} is torch {name.version}")
-            check_contents(wheel_file, backend.name, backend.wheel_markers, catalog.components["torch"].wheel_excludes)
-            torch_version = torch_version_of(wheel_file)
-        elif wheel_spec.kind == "url":
-            torch_version = WheelName.parse(wheel_spec.where.rsplit("/", 1)[-1].split("#")[0]).version
-        else:
-            torch_version = request.torch_version or pinned_torch
-    else:
-        torch_version = request.torch_version or pinned_torch
+    wheel_spec, wheel_file, torch_version = _torch_origin(catalog, request, backend, arch_name, distribution)
 
     release = tags.check_release(request.release or tags.default_release(now))
     repository = tags.check_repository(request.repository)
@@ -425,10 +507,7 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
     cpu_count, mem = host.cores(), host.memory_gib()
     jobs = request.jobs or host.default_jobs(GIB_PER_JOB, cpu_count, mem)
     torch_jobs = request.jobs or host.default_jobs(GIB_PER_TORCH_JOB, cpu_count, mem)
-    if jobs < 1:
-        raise UsageProblem("--jobs must be at least 1")
 
-    # Component plans, in the backend's order.
     ctx: dict[str, object] = {
         "target": target,
         "backend": backend,
@@ -439,81 +518,12 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
         "builder": request.builder,
         "torch_wheel_name": wheel_file.name if wheel_file else "torch.whl",
     }
-    components: list[ComponentPlan] = []
-    for name in request.versions:
-        if name not in catalog.components:
-            raise _fail_choice("component", name, sorted(catalog.components))
-    versions = {**request.versions, "torch": torch_version}
-    for name, method in methods.items():
-        component = catalog.components[name]
-        version = versions.get(name) or component.default_version
-        source = component.source(version) if method == "source" else None
-        if method == "source" and source is None:
-            pinned = ", ".join(p.version for p in component.versions)
-            raise UsageProblem(
-                f"{name} {version} has no pinned, checksummed source (torchstack/data/components.yaml); "
-                f"pinned: {pinned}" + ("; or use --torch-from wheel" if name == "torch" else "")
-            )
-        alternative = component.alternatives.get(method)
-        prefix = (alternative.prefix if alternative and alternative.prefix else component.prefix)
-        if name == "openblas":
-            ctx["openblas_prefix"] = prefix
-        if name == "acl":
-            ctx["acl_prefix"] = prefix
-        env = _component_env(ctx, component, method, prefix, source, version)
-        source_build = method == "source"
-        components.append(
-            ComponentPlan(
-                name=name,
-                method=method,
-                version=version,
-                needed_by=component.needed_by,
-                script=component.script,
-                prefix=prefix,
-                libdir=f"{prefix}/{component.libdir}" if source_build and prefix else None,
-                env=env,
-                source=source,
-                build_packages=(
-                    component.build_packages + (("ccache",) if request.builder == "buildx" else ())
-                    if source_build
-                    else (alternative.build_packages if alternative else ())
-                ),
-                runtime_packages=component.runtime_packages if source_build else (alternative.runtime_packages if alternative else ()),
-                build_requirements=component.build_requirements if source_build else (),
-            )
-        )
-
-    # Stages: the requested one and everything it needs, in table order.
-    wanted_stage = BUILD_TYPE_ALIASES.get(request.build_type, request.build_type)
-    needed: set[str] = set()
-
-    def need(stage: Stage) -> None:
-        if stage.name not in needed:
-            needed.add(stage.name)
-            for dep in (stage.parent, *stage.copies_from):
-                if dep:
-                    need(catalog.stage(dep))
-
-    need(catalog.stage(wanted_stage))
+    components = _component_plans(catalog, request, methods, {**request.versions, "torch": torch_version}, ctx)
     base_image = request.base_image or f"torchstack-os:{distribution.name}-{arch.debian}"
-    stage_images = {s.name: f"{repository}-{s.name}:{release_tag}" for s in catalog.stages}
-    stages = tuple(
-        StagePlan(
-            name=s.name,
-            template=s.template,
-            description=s.description,
-            image=stage_images[s.name],
-            parent_image=stage_images[s.parent] if s.parent else base_image,
-            copies={dep: stage_images[dep] for dep in s.copies_from},
-            components=tuple(c for c in components if catalog.components[c.name].stage == s.name),
-            packages=s.packages,
-            size_budget_mib=s.size_budget_mib,
-        )
-        for s in catalog.stages
-        if s.name in needed
-    )
+    wanted_stage = BUILD_TYPE_ALIASES.get(request.build_type, request.build_type)
+    stages = _stage_plans(catalog, wanted_stage, components, base_image, f"{repository}-{{stage}}:{release_tag}")
 
-    plan = Plan(
+    return Plan(
         arch=arch,
         distribution=distribution,
         backend=backend,
@@ -532,10 +542,9 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
         builder=request.builder,
         torch_wheel=wheel_spec,
         torch_wheel_file=wheel_file,
-        components=tuple(components),
+        components=components,
         stages=stages,
     )
-    return plan
 
 
 def env_line(env: dict[str, str]) -> str:
