@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -270,6 +271,9 @@ def make_cli(catalog: Catalog) -> click.Group:
 
 
 def main(argv: list[str] | None = None) -> None:
+    # Ctrl-C must stop a build cleanly even where SIGINT arrives ignored (a background job of a
+    # non-interactive shell ignores it, and so would every build started from there).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         catalog = load_catalog()
     except DataError as exc:

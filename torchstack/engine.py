@@ -94,10 +94,7 @@ def build_image(
                 image_id = chunk["aux"]["ID"]
             text = chunk.get("stream", "")
             for line in text.splitlines():
-                log(line)
                 stripped = line.strip()
-                if not stripped:
-                    continue
                 match = _STEP.match(stripped)
                 if match:
                     progress.step, progress.steps, progress.instruction = int(match[1]), int(match[2]), match[3]
@@ -105,8 +102,9 @@ def build_image(
                         from_steps += 1
                 elif stripped == "---> Using cache":
                     progress.cached_steps += 1
-                else:
+                elif stripped:
                     progress.tail.append(stripped)
+                log(line)  # after the progress, so that a new step is shown as it starts
     finally:
         stream.close()
     if image_id is None:
@@ -160,7 +158,6 @@ def build_image_buildx(
     try:
         for line in process.stderr:
             line = line.rstrip("\n")
-            log(line)
             match = _BUILDKIT_STEP.match(line)
             if match:
                 steps[match[1]] = match[5]
@@ -169,6 +166,7 @@ def build_image_buildx(
                 cached.add(line.split()[0][1:])
             elif line.strip():
                 progress.tail.append(line.strip())
+            log(line)  # after the progress, so that a new step is shown as it starts
         process.wait()
     except BaseException:
         process.terminate()
