@@ -27,21 +27,15 @@ def resolve_wheel(catalog: Catalog, request: Request, plan: Plan) -> tuple[Reque
     spec = plan.torch_wheel
     if spec is None or spec.kind in ("file", "dir"):
         return request, plan
-    dest = sources.cache_dir().parent / "wheels"
+    dest = sources.state_dir() / "wheels"
     if spec.kind == "index":
         path = download_from_index(dest, plan.arch.name, plan.distribution.python, plan.torch_version)
     else:
-        dest.mkdir(parents=True, exist_ok=True)
         path = dest / spec.where.rsplit("/", 1)[-1].split("#")[0]
         if not path.is_file():
-            sources._download(spec.where, path)
+            sources.download(spec.where, path)
     request = dataclasses.replace(request, torch_wheel=str(path))
     return request, make_plan(catalog, request)
-
-
-def stage_tag(plan: Plan, stage_name: str) -> str:
-    """The tag a stage is built under; the final image gets its release name only after its checks."""
-    return plan.stage(stage_name).image
 
 
 def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> Plan:
@@ -51,11 +45,11 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
     source_files = sources.fetch_plan_sources(plan, options.get("source_mirror"))
     ca_bundle: Path | None = options.get("ca_bundle")
 
-    logs = sources.cache_dir().parent / "logs"
+    logs = sources.state_dir() / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"{plan.release_tag}-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}.log"
     reports = [StageReport(stage=s.name, image=s.image, tags=[s.image]) for s in plan.stages]
-    contexts = sources.cache_dir().parent / "contexts" / plan.release_tag
+    contexts = sources.state_dir() / "contexts" / plan.release_tag
     test_images = not options.get("no_test")
     checks_summary = "not run (--no-test)" if not test_images else "not reached"
     started = time.monotonic()

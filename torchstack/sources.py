@@ -19,9 +19,14 @@ ATTEMPTS = 4
 TIMEOUT_SECONDS = 60
 
 
-def cache_dir() -> Path:
+def state_dir() -> Path:
+    """Where torchstack keeps its cache, logs and build contexts ($TORCHSTACK_CACHE)."""
     base = os.environ.get("TORCHSTACK_CACHE") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "torchstack"
-    return Path(base) / "sources"
+    return Path(base)
+
+
+def cache_dir() -> Path:
+    return state_dir() / "sources"
 
 
 def sha256_of(path: Path) -> str:
@@ -30,6 +35,18 @@ def sha256_of(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def download(url: str, dest: Path) -> None:
+    """Download `url` to `dest`, all or nothing: a broken or short transfer is retried, and
+    `dest` appears only once the whole file has arrived."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = dest.with_name(f".{dest.name}.{os.getpid()}.partial")
+    try:
+        _download(url, partial)
+        os.replace(partial, dest)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def _download(url: str, dest: Path) -> None:
