@@ -1,0 +1,60 @@
+"""Prebuilt torch wheels: refused when the tag would lie, versioned as torch reports itself."""
+
+import zipfile
+
+import pytest
+
+from torchstack.errors import UsageProblem
+
+
+def make_wheel(folder, name, files):
+    path = folder / name
+    with zipfile.ZipFile(path, "w") as wheel:
+        for member, text in files.items():
+            wheel.writestr(member, text)
+    return path
+
+
+@pytest.fixture
+def wheelhouse(tmp_path):
+    make_wheel(tmp_path, "torch-2.8.0-cp311-cp311-manylinux_2_28_aarch64.whl", {
+        "torch/version.py": "__version__ = '2.8.0+cpu'\n", "torch.libs/libarm_compute-cf8c0b82.so": "",
+    })  # fmt: skip
+    make_wheel(tmp_path, "torch-2.13.0-cp311-cp311-manylinux_2_28_aarch64.whl", {
+        "torch/version.py": "__version__ = '2.13.0'\n", "torch/lib/libarm_compute.so": "", "torch/lib/libtorch_cuda.so": "",
+    })  # fmt: skip
+    make_wheel(tmp_path, "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl", {
+        "torch/version.py": "__version__ = '2.13.0+cpu'\n", "torch/include/dnnl.h": "",
+    })  # fmt: skip
+    return tmp_path
+
+
+def test_an_aarch64_cpu_wheel_with_acl_is_onednn_acl(plan_for, wheelhouse):
+    plan = plan_for(backend="onednn-acl", methods={"torch": "wheel"}, torch_wheel=str(wheelhouse), torch_version="2.8.0")
+    assert plan.torch_version == "2.8.0+cpu"
+    assert plan.release_tag == "r26.11-torch-2.8.0-cpu-onednn-acl-torch.wheel"
+    assert plan.component("torch").env == {"WHEEL": "/opt/torchstack/wheels/torch-2.8.0-cp311-cp311-manylinux_2_28_aarch64.whl"}
+
+
+def test_a_cuda_wheel_is_refused_for_a_cpu_image(plan_for, wheelhouse):
+    with pytest.raises(UsageProblem, match="is not a CPU-only build \\(it has libtorch_cuda\\)"):
+        plan_for(backend="onednn-acl", methods={"torch": "wheel"}, torch_wheel=str(wheelhouse), torch_version="2.13.0")
+
+
+def test_an_x86_wheel_without_onednn_is_refused(plan_for, tmp_path):
+    wheel = make_wheel(tmp_path, "torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl", {"torch/version.py": ""})
+    with pytest.raises(UsageProblem, match="is not a onednn build \\(it lacks dnnl.h\\)"):
+        plan_for(methods={"torch": "wheel"}, torch_wheel=str(wheel))
+
+
+def test_a_wheel_for_another_architecture_or_python_is_refused(plan_for, wheelhouse):
+    wheel = wheelhouse / "torch-2.8.0-cp311-cp311-manylinux_2_28_aarch64.whl"
+    with pytest.raises(UsageProblem, match="is not for x86_64 with Python 3.11"):
+        plan_for(methods={"torch": "wheel"}, torch_wheel=str(wheel))
+    with pytest.raises(UsageProblem, match="no torch 2.13.0 for cp313 x86_64"):
+        plan_for(methods={"torch": "wheel"}, torch_wheel=str(wheelhouse), torch_version="2.13.0", distribution="trixie")
+
+
+def test_a_version_the_folder_does_not_hold(plan_for, wheelhouse):
+    with pytest.raises(UsageProblem, match="no torch 2.99.0 for cp311 x86_64"):
+        plan_for(methods={"torch": "wheel"}, torch_wheel=str(wheelhouse), torch_version="2.99.0")
