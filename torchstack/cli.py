@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import signal
 import sys
 from pathlib import Path

@@ -60,7 +60,7 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
             view.note(f"torchstack: base image {plan.base_image} is not here; {how}")
         base = bootstrap.ensure_base_image(client, plan, options.get("debian_mirror"))
         view.note(f"torchstack: base image {base}")
-        for stage, report in zip(plan.stages, reports):
+        for stage, report in zip(plan.stages, reports, strict=True):
             assemble_context(plan, stage, contexts / stage.name, source_files, ca_bundle)
             progress = view.start(report)
             labels = {**plan.labels, "io.torchstack.stage": stage.name}
