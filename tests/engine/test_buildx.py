@@ -33,7 +33,10 @@ def test_a_patch_recompiles_only_what_it_touches(client, repo_copy, unique_tag):
 
     with tarfile.open(cache_dir() / "numpy-2.3.5.tar.gz") as sdist:
         original = sdist.extractfile(f"numpy-2.3.5/{TOUCHED}").read().decode().splitlines(keepends=True)
-    changed = original + ["/* torchstack test: a one-line patch */\n"]
+    # The comment is unique to this run: BuildKit keeps the patched step's layer from any
+    # earlier run with the same patch, and then the step (and ccache) would not run at all.
+    # ccache still hits on this file, because the preprocessor drops comments.
+    changed = original + [f"/* torchstack test {unique_tag}: a one-line patch */\n"]
     patch = "Why: proves the compiler cache. Upstream: none.\n" + "".join(
         difflib.unified_diff(original, changed, f"a/{TOUCHED}", f"b/{TOUCHED}")
     )
