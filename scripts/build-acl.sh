@@ -7,11 +7,8 @@ set -euo pipefail
 read -r -a scons_flags <<< "$ACL_SCONS_FLAGS"
 echo "torchstack: building Arm Compute Library $VERSION with ${scons_flags[*]} into $PREFIX"
 
-# A fixed path, so that compiler-cache keys (absolute paths in arguments) repeat across builds.
 tree=/tmp/torchstack-src/acl
-rm -rf "$tree" && mkdir -p "$tree"
-tar -xzf "$SOURCE" -C "$tree" --strip-components=1
-"$(dirname "$0")/apply-patches.sh" acl "$VERSION" "$tree" "$PATCHES"
+"$(dirname "$0")/prepare-source.sh" acl "$VERSION" "$SOURCE" "$tree" "$PATCHES"
 (cd "$tree" && scons "${scons_flags[@]}")
 mkdir -p "$PREFIX"
 # The layout PyTorch's FindACL expects, as upstream's install_acl.sh copies it.

@@ -10,11 +10,8 @@ read -r -a requirements <<< "$BUILD_REQUIREMENTS"
 read -r -a setup_args <<< "$NUMPY_SETUP_ARGS"
 echo "torchstack: building numpy $VERSION with CFLAGS='$CFLAGS' and ${setup_args[*]}"
 
-# A fixed path, so that compiler-cache keys (absolute paths in arguments) repeat across builds.
 tree=/tmp/torchstack-src/numpy
-rm -rf "$tree" && mkdir -p "$tree"
-tar -xzf "$SOURCE" -C "$tree" --strip-components=1
-"$(dirname "$0")/apply-patches.sh" numpy "$VERSION" "$tree" "$PATCHES"
+"$(dirname "$0")/prepare-source.sh" numpy "$VERSION" "$SOURCE" "$tree" "$PATCHES"
 "$VENV/bin/pip" install --no-cache-dir "${requirements[@]}"
 config=(--config-settings=compile-args=-j"$JOBS" --config-settings=build-dir=/tmp/torchstack-build/numpy)
 for arg in "${setup_args[@]}"; do

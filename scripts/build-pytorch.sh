@@ -12,9 +12,8 @@ tree=/opt/torchstack/src/pytorch
 wheels=/opt/torchstack/wheels
 echo "torchstack: building PyTorch $PYTORCH_BUILD_VERSION with MAX_JOBS=$MAX_JOBS BLAS=${BLAS:-} USE_MKLDNN=${USE_MKLDNN:-} USE_MKLDNN_ACL=${USE_MKLDNN_ACL:-}"
 
-mkdir -p "$tree" "$wheels"
-tar -xzf "$SOURCE" -C "$tree" --strip-components=1
-"$(dirname "$0")/apply-patches.sh" torch "$VERSION" "$tree" "$PATCHES"
+mkdir -p "$wheels"
+"$(dirname "$0")/prepare-source.sh" torch "$VERSION" "$SOURCE" "$tree" "$PATCHES"
 "$VENV/bin/pip" install --no-cache-dir "${requirements[@]}"
 cd "$tree"
 "$VENV/bin/python" -m pip wheel --no-build-isolation --no-deps --verbose --wheel-dir "$wheels" .

@@ -7,11 +7,8 @@ set -euo pipefail
 : "${SOURCE:?}" "${VERSION:?}" "${PATCHES:?}" "${PREFIX:?}" "${JOBS:?}" "${ZDNN_CFLAGS:?}"
 echo "torchstack: building zDNN $VERSION with $ZDNN_CFLAGS into $PREFIX"
 
-# A fixed path, so that compiler-cache keys (absolute paths in arguments) repeat across builds.
 tree=/tmp/torchstack-src/zdnn
-rm -rf "$tree" && mkdir -p "$tree"
-tar -xzf "$SOURCE" -C "$tree" --strip-components=1
-"$(dirname "$0")/apply-patches.sh" zdnn "$VERSION" "$tree" "$PATCHES"
+"$(dirname "$0")/prepare-source.sh" zdnn "$VERSION" "$SOURCE" "$tree" "$PATCHES"
 cd "$tree"
 autoreconf .
 CFLAGS="$ZDNN_CFLAGS" CXXFLAGS="$ZDNN_CFLAGS" ./configure --prefix="$PREFIX"

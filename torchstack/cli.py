@@ -148,6 +148,14 @@ class ToolkitGroup(click.Group):
         return None
 
 
+def _check_index_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value:
+        from torchstack.wheels import pip_index_settings
+
+        pip_index_settings(value)
+    return value
+
+
 def make_cli(catalog: Catalog) -> click.Group:
     with_plan = plan_options(catalog)
 
@@ -160,6 +168,9 @@ def make_cli(catalog: Catalog) -> click.Group:
                       help="Write a machine-readable summary (images, tags, sizes, times) here.")
         @click.option("--ca-bundle", type=click.Path(exists=True, dir_okay=False, path_type=Path), envvar="PIP_CERT",
                       help="Extra CA bundle for pip inside builds (default: $PIP_CERT); never left in an image.")
+        @click.option("--pip-index-url", envvar="PIP_INDEX_URL", metavar="URL", callback=_check_index_url,
+                      help="Python package index for pip inside builds, e.g. a local mirror (default: $PIP_INDEX_URL); "
+                      "like the CA bundle, never left in an image.")
         @click.option("--source-mirror", help="Folder or URL holding the pinned source files (air-gapped hosts).")
         @click.option("--debian-mirror", help="Debian archive URL for bootstrapping the base image.")
         @functools.wraps(func)
@@ -207,7 +218,7 @@ def make_cli(catalog: Catalog) -> click.Group:
 
         plan = make_plan(catalog, request_from(options))
         for stage in plan.stages:
-            missing = assemble_context(plan, stage, output / stage.name, cached_sources(plan), None)
+            missing = assemble_context(plan, stage, output / stage.name, cached_sources(plan))
             note = f" (not included, fetch them with `./build.py fetch`: {', '.join(missing)})" if missing else ""
             click.echo(f"{output / stage.name / 'Dockerfile'}{note}")
 

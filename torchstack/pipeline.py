@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import shutil
+import tempfile
 import time
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -14,22 +17,22 @@ from torchstack.errors import ChecksFailed, ToolkitError
 from torchstack.model import Catalog
 from torchstack.plan import Plan, Request, make_plan
 from torchstack.progress import BuildView, StageReport, summary_table, write_json
-from torchstack.render import assemble_context
-from torchstack.wheels import download_from_index
+from torchstack.render import BuildSecrets, assemble_context
+from torchstack.wheels import download_from_index, pip_conf_text
 
 
 class Interrupted(ToolkitError):
     exit_code = 130
 
 
-def resolve_wheel(catalog: Catalog, request: Request, plan: Plan) -> tuple[Request, Plan]:
+def resolve_wheel(catalog: Catalog, request: Request, plan: Plan, index_url: str | None = None) -> tuple[Request, Plan]:
     """A torch wheel named by URL or index is downloaded now, and the plan made again from the file."""
     spec = plan.torch_wheel
     if spec is None or spec.kind in ("file", "dir"):
         return request, plan
     dest = sources.state_dir() / "wheels"
     if spec.kind == "index":
-        path = download_from_index(dest, plan.arch.name, plan.distribution.python, plan.torch_version)
+        path = download_from_index(dest, plan.arch.name, plan.distribution.python, plan.torch_version, index_url)
     else:
         path = dest / spec.where.rsplit("/", 1)[-1].split("#")[0]
         if not path.is_file():
@@ -38,12 +41,26 @@ def resolve_wheel(catalog: Catalog, request: Request, plan: Plan) -> tuple[Reque
     return request, make_plan(catalog, request)
 
 
+@contextlib.contextmanager
+def _build_secrets(options: dict, contexts: Path) -> Iterator[BuildSecrets]:
+    """The build's secrets, in a private temporary folder. It and the build contexts (which may
+    hold copies for the legacy builder) are removed however the build ends."""
+    with tempfile.TemporaryDirectory(prefix="torchstack-secrets-") as folder:
+        pip_conf = None
+        if options.get("pip_index_url"):
+            pip_conf = Path(folder) / "pip.conf"
+            pip_conf.write_text(pip_conf_text(options["pip_index_url"]))
+        try:
+            yield BuildSecrets(ca_bundle=options.get("ca_bundle"), pip_conf=pip_conf)
+        finally:
+            shutil.rmtree(contexts, ignore_errors=True)
+
+
 def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> Plan:
     client = engine.connect()
-    request, plan = resolve_wheel(catalog, request, plan)
+    request, plan = resolve_wheel(catalog, request, plan, options.get("pip_index_url"))
     bootstrap.check_emulation(plan)
     source_files = sources.fetch_plan_sources(plan, options.get("source_mirror"))
-    ca_bundle: Path | None = options.get("ca_bundle")
 
     logs = sources.state_dir() / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -54,23 +71,22 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
     checks_summary = "not run (--no-test)" if not test_images else "not reached"
     started = time.monotonic()
 
-    with BuildView(reports, log_path, options.get("quiet", False)) as view:
+    with _build_secrets(options, contexts) as secrets, BuildView(reports, log_path, options.get("quiet", False)) as view:
         if not engine.image_exists(client, plan.base_image):
             how = "bootstrapping it from the Debian archive" if plan.base_is_bootstrapped else "pulling it"
             view.note(f"torchstack: base image {plan.base_image} is not here; {how}")
         base = bootstrap.ensure_base_image(client, plan, options.get("debian_mirror"))
         view.note(f"torchstack: base image {base}")
         for stage, report in zip(plan.stages, reports, strict=True):
-            assemble_context(plan, stage, contexts / stage.name, source_files, ca_bundle)
+            assemble_context(plan, stage, contexts / stage.name, source_files, secrets)
             progress = view.start(report)
             labels = {**plan.labels, "io.torchstack.stage": stage.name}
             log = functools.partial(view.line, stage.name)
             try:
                 if plan.builder == "buildx":
-                    secrets = {"ca": ca_bundle} if ca_bundle else {}
                     result = engine.build_image_buildx(
                         contexts / stage.name, stage.image, plan.platform, labels, options.get("no_cache", False),
-                        secrets, log, progress, stage.name, log_path,
+                        secrets.files(), log, progress, stage.name, log_path,
                     )  # fmt: skip
                 else:
                     result = engine.build_image(
@@ -90,7 +106,6 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
             report.cached = result.cached
             report.size_bytes = engine.image_size(client, stage.image)
             report.status = "cached" if result.cached else "built"
-        shutil.rmtree(contexts, ignore_errors=True)
 
         top = plan.stages[-1]
         if test_images:

@@ -7,6 +7,7 @@ import os
 import posixpath
 import shutil
 from dataclasses import dataclass
+from typing import ClassVar
 from pathlib import Path
 
 import jinja2
@@ -30,6 +31,28 @@ class User:
 USER = User()
 
 
+@dataclass(frozen=True)
+class BuildSecrets:
+    """Files that build steps need and no shipped layer may keep: the host's CA bundle
+    (--ca-bundle) and a pip configuration naming the package index (--pip-index-url, whose URL
+    may carry credentials). BuildKit mounts them as secrets; the legacy builder copies them into
+    throwaway build stages only."""
+
+    ca_bundle: Path | None = None
+    pip_conf: Path | None = None
+
+    # secret id -> (file name in a legacy build context, where pip is told to find it)
+    PLACES: ClassVar[dict[str, tuple[str, str]]] = {"ca": ("ca-bundle.crt", "PIP_CERT"), "pip": ("pip.conf", "PIP_CONFIG_FILE")}
+
+    def files(self) -> dict[str, Path]:
+        """Secret id -> the file on the host, for those given."""
+        given = {"ca": self.ca_bundle, "pip": self.pip_conf}
+        return {key: path for key, path in given.items() if path is not None}
+
+
+NO_SECRETS = BuildSecrets()
+
+
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
@@ -47,15 +70,15 @@ def _environment() -> jinja2.Environment:
 _ENV = _environment()
 
 
-def render_dockerfile(plan: Plan, stage: StagePlan, ca_bundle: bool) -> str:
+def render_dockerfile(plan: Plan, stage: StagePlan, secrets: BuildSecrets = NO_SECRETS) -> str:
     try:
-        return _render(plan, stage, ca_bundle)
+        return _render(plan, stage, secrets)
     except jinja2.TemplateError as exc:
         where = f"{getattr(exc, 'name', None) or stage.template}" + (f":{exc.lineno}" if getattr(exc, "lineno", None) else "")
         raise ToolkitError(f"template {where}: {exc.message}") from None
 
 
-def _render(plan: Plan, stage: StagePlan, ca_bundle: bool) -> str:
+def _render(plan: Plan, stage: StagePlan, secrets: BuildSecrets) -> str:
     text = _ENV.get_template(stage.template).render(
         plan=plan,
         stage=stage,
@@ -65,7 +88,11 @@ def _render(plan: Plan, stage: StagePlan, ca_bundle: bool) -> str:
         ccache_dir=CCACHE_DIR,
         buildkit=plan.builder == "buildx",
         user=USER,
-        ca_bundle=ca_bundle,
+        secrets=[
+            {"id": key, "file": BuildSecrets.PLACES[key][0], "env": BuildSecrets.PLACES[key][1],
+             "path": f"/run/secrets/{key}" if plan.builder == "buildx" else f"/tmp/torchstack-{BuildSecrets.PLACES[key][0]}"}
+            for key in secrets.files()
+        ],  # fmt: skip
         runtime_packages=plan.runtime_packages,
         runtime_libdirs=plan.runtime_libdirs,
     )
@@ -90,7 +117,7 @@ def assemble_context(
     stage: StagePlan,
     dest: Path,
     sources: dict[str, Path],
-    ca_bundle: Path | None,
+    secrets: BuildSecrets = NO_SECRETS,
 ) -> list[str]:
     """Write the stage's Dockerfile and everything it COPYs into `dest`.
 
@@ -101,11 +128,11 @@ def assemble_context(
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
     missing: list[str] = []
-    dockerfile = render_dockerfile(plan, stage, ca_bundle is not None)
+    dockerfile = render_dockerfile(plan, stage, secrets)
     (dest / "Dockerfile").write_text(dockerfile)
     for c in stage.components:
         if c.source is not None:
-            _place(SCRIPTS / "apply-patches.sh", dest / "scripts" / "apply-patches.sh")
+            _place(SCRIPTS / "prepare-source.sh", dest / "scripts" / "prepare-source.sh")
             _place(SCRIPTS / c.script, dest / "scripts" / c.script)
             patch_dir = PATCHES / c.name
             (dest / "patches" / c.name).mkdir(parents=True, exist_ok=True)
@@ -125,6 +152,9 @@ def assemble_context(
     if stage.name == "final":
         shutil.copytree(EXAMPLES, dest / "examples")
         (dest / "build-info.json").write_text(json.dumps(plan.build_info(), indent=2, sort_keys=True) + "\n")
-    if ca_bundle is not None and "ca-bundle.crt" in dockerfile:
-        shutil.copy2(ca_bundle, dest / "ca-bundle.crt")
+    if plan.builder != "buildx":
+        for key, path in secrets.files().items():
+            name = BuildSecrets.PLACES[key][0]
+            if f"COPY {name} " in dockerfile:
+                shutil.copy2(path, dest / name)
     return missing

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import urllib.parse
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,14 +70,33 @@ def pick_from_folder(folder: Path, arch: str, python: str, version: str | None) 
     return max(candidates)[1]
 
 
-def download_from_index(dest: Path, arch: str, python: str, version: str) -> Path:
-    """Let pip find torch==version for the image's platform in the configured index."""
+def pip_index_settings(index_url: str) -> dict[str, str]:
+    """pip's settings for a package index (--pip-index-url). A plain-http mirror must also be
+    named a trusted host, or pip ignores it."""
+    parts = urllib.parse.urlsplit(index_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageProblem(f"--pip-index-url {index_url!r}: not an http(s) URL")
+    settings = {"index-url": index_url}
+    if parts.scheme == "http":
+        settings["trusted-host"] = parts.hostname + (f":{parts.port}" if parts.port else "")
+    return settings
+
+
+def pip_conf_text(index_url: str) -> str:
+    """The same settings as a pip configuration file, for pip inside build steps."""
+    return "[global]\n" + "".join(f"{key} = {value}\n" for key, value in pip_index_settings(index_url).items())
+
+
+def download_from_index(dest: Path, arch: str, python: str, version: str, index_url: str | None = None) -> Path:
+    """Let pip find torch==version for the image's platform in `index_url` or pip's configured index."""
     dest.mkdir(parents=True, exist_ok=True)
     command = [
         sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
         "--platform", f"manylinux_2_28_{arch}", "--platform", f"manylinux2014_{arch}",
         "--python-version", python, "--dest", str(dest), f"torch=={version}",
     ]  # fmt: skip
+    for key, value in pip_index_settings(index_url).items() if index_url else ():
+        command += [f"--{key}", value]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import uuid
 from pathlib import Path
 
@@ -36,6 +39,20 @@ def run_build_py(*args: str, cwd: Path = ROOT, timeout: int = 3000, env: dict | 
         [sys.executable, str(cwd / "build.py"), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
         env={**os.environ, **(env or {})},
     )  # fmt: skip
+
+
+def files_holding(image, needle: bytes) -> list[str]:
+    """The files, in every layer of `image` as `docker save` exports it, whose bytes hold `needle`."""
+    found = []
+    with tarfile.open(fileobj=io.BytesIO(b"".join(image.save()))) as saved:
+        layers = [m for m in saved.getmembers() if m.name.endswith("layer.tar")]
+        assert layers, "docker save exported no layers"
+        for member in layers:
+            with tarfile.open(fileobj=saved.extractfile(member)) as layer:
+                for entry in layer.getmembers():
+                    if entry.isfile() and needle in layer.extractfile(entry).read():
+                        found.append(f"{member.name}:{entry.name}")
+    return found
 
 
 @pytest.fixture(scope="session")
@@ -70,5 +87,13 @@ def repo_copy(tmp_path):
 
 
 @pytest.fixture
-def unique_tag():
-    return f"test-{uuid.uuid4().hex[:10]}"
+def unique_tag(client):
+    """A tag no other run uses; the images given it are untagged afterwards (layers that other
+    tags share stay, and so does the engine's build cache)."""
+    tag = f"test-{uuid.uuid4().hex[:10]}"
+    yield tag
+    for image in client.images.list():
+        for name in image.tags:
+            if name.endswith(f":{tag}"):
+                with contextlib.suppress(docker.errors.NotFound):
+                    client.images.remove(name)

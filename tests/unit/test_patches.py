@@ -1,6 +1,8 @@
-"""scripts/apply-patches.sh: patches in series order; one that does not apply stops with its name."""
+"""scripts/prepare-source.sh: a fresh tree from the archive, then patches in series order; one
+that does not apply stops with its name."""
 
 import subprocess
+import tarfile
 
 from torchstack.render import SCRIPTS
 
@@ -15,21 +17,27 @@ STALE = GOOD.replace("-hello\n", "-goodbye\n").replace("hello, patched", "goodby
 
 
 def apply(tmp_path, series, patches):
-    tree, patch_dir = tmp_path / "tree", tmp_path / "patches"
+    unpacked, tree, patch_dir = tmp_path / "hello-1.0", tmp_path / "tree", tmp_path / "patches"
+    unpacked.mkdir(exist_ok=True)
+    (unpacked / "hello.txt").write_text("hello\n")
+    with tarfile.open(tmp_path / "hello-1.0.tar.gz", "w:gz") as archive:
+        archive.add(unpacked, arcname="hello-1.0")
     tree.mkdir(exist_ok=True)
+    (tree / "left-over.txt").write_text("from an earlier build\n")
     patch_dir.mkdir(exist_ok=True)
-    (tree / "hello.txt").write_text("hello\n")
     for name, text in patches.items():
         (patch_dir / name).write_text(text)
     if series is not None:
         (patch_dir / "series").write_text(series)
-    return subprocess.run([SCRIPTS / "apply-patches.sh", "openblas", "0.3.33", tree, patch_dir], capture_output=True, text=True)
+    command = [SCRIPTS / "prepare-source.sh", "openblas", "0.3.33", tmp_path / "hello-1.0.tar.gz", tree, patch_dir]
+    return subprocess.run(command, capture_output=True, text=True)
 
 
 def test_patches_apply_in_series_order(tmp_path):
     result = apply(tmp_path, "# comment\n0001-good.patch\n", {"0001-good.patch": GOOD})
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "tree" / "hello.txt").read_text() == "hello, patched\n"
+    assert not (tmp_path / "tree" / "left-over.txt").exists()
     assert "applied 0001-good.patch to openblas 0.3.33" in result.stdout
 
 

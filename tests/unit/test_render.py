@@ -4,12 +4,13 @@ import itertools
 import json
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 from dockerfile_parse import DockerfileParser
 
 from torchstack.errors import UsageProblem
-from torchstack.render import SCRIPTS, assemble_context, render_dockerfile
+from torchstack.render import NO_SECRETS, SCRIPTS, BuildSecrets, assemble_context, render_dockerfile
 
 # Rules we do not follow, each for a reason:
 HADOLINT_IGNORED = [
@@ -18,6 +19,9 @@ HADOLINT_IGNORED = [
     "DL3002",  # last USER root: flagged on throwaway build stages; the image checks hold every
     #            shipped image to a non-root user
 ]
+
+
+SECRETS = BuildSecrets(ca_bundle=Path("/host/ca.pem"), pip_conf=Path("/host/pip.conf"))
 
 
 def all_plans(catalog, plan_for):
@@ -48,9 +52,9 @@ def rendered(catalog, tmp_path_factory):
     files = []
     for i, plan in enumerate(all_plans(catalog, both_builders)):
         for stage in plan.stages:
-            for ca in (False, True):
-                path = out / f"{i}-{stage.name}-{int(ca)}.Dockerfile"
-                path.write_text(render_dockerfile(plan, stage, ca_bundle=ca))
+            for j, secrets in enumerate((NO_SECRETS, SECRETS)):
+                path = out / f"{i}-{stage.name}-{j}.Dockerfile"
+                path.write_text(render_dockerfile(plan, stage, secrets))
                 files.append(path)
     return files
 
@@ -59,11 +63,13 @@ def test_every_combination_renders(rendered):
     assert len(rendered) > 600
 
 
-def test_buildkit_mounts_the_ca_as_a_secret_and_caches_compiles(plan_for):
+def test_buildkit_mounts_the_secrets_and_caches_compiles(plan_for):
     plan = plan_for(builder="buildx")
-    tools = render_dockerfile(plan, plan.stage("tools"), ca_bundle=True)
-    assert "COPY ca-bundle.crt" not in tools and "ENV PIP_CERT=/run/secrets/ca" in tools
-    assert "RUN --mount=type=secret,id=ca --mount=type=cache,id=torchstack-ccache-x86_64,target=/ccache" in tools
+    tools = render_dockerfile(plan, plan.stage("tools"), SECRETS)
+    assert "COPY ca-bundle.crt" not in tools and "COPY pip.conf" not in tools
+    assert "ENV PIP_CERT=/run/secrets/ca" in tools and "ENV PIP_CONFIG_FILE=/run/secrets/pip" in tools
+    assert ("RUN --mount=type=secret,id=ca --mount=type=secret,id=pip "
+            "--mount=type=cache,id=torchstack-ccache-x86_64,target=/ccache") in tools  # fmt: skip
     assert plan.component("numpy").env["PATH"].startswith("/usr/lib/ccache:")
     assert "ccache" in plan.component("numpy").build_packages
     assert plan.component("openblas").env["CCACHE_DIR"] == "/ccache"
@@ -98,9 +104,10 @@ def test_every_script_passes_shellcheck():
 
 def test_the_final_stage_ships_no_build_stage_files(plan_for):
     plan = plan_for(methods={"openblas": "distro"})
-    text = render_dockerfile(plan, plan.stage("final"), ca_bundle=True)
-    runtime = text.split("\nFROM ")[-1]
-    assert "ca-bundle" not in runtime and "PIP_CERT" not in runtime
+    text = render_dockerfile(plan, plan.stage("final"), SECRETS)
+    build, runtime = text.rsplit("\nFROM ", 1)
+    assert "COPY ca-bundle.crt /tmp/torchstack-ca-bundle.crt" in build and "COPY pip.conf /tmp/torchstack-pip.conf" in build
+    assert "ca-bundle" not in runtime and "PIP_CERT" not in runtime and "pip.conf" not in runtime
     assert "COPY --from=install /opt/venv /opt/venv" in runtime
 
 
@@ -111,20 +118,22 @@ def test_context_holds_what_the_dockerfile_copies(plan_for, tmp_path):
         if c.source:
             sources[c.source.filename] = tmp_path / c.source.filename
             sources[c.source.filename].write_bytes(b"x")
-    ca = tmp_path / "ca.pem"
-    ca.write_text("ca")
-    libs = assemble_context(plan, plan.stage("libs"), tmp_path / "libs", sources, ca)
+    (tmp_path / "ca.pem").write_text("ca")
+    (tmp_path / "pip.conf").write_text("[global]\n")
+    secrets = BuildSecrets(ca_bundle=tmp_path / "ca.pem", pip_conf=tmp_path / "pip.conf")
+    libs = assemble_context(plan, plan.stage("libs"), tmp_path / "libs", sources, secrets)
     assert libs == []
     files = {p.relative_to(tmp_path / "libs").as_posix() for p in (tmp_path / "libs").rglob("*") if p.is_file()}
     assert files == {
-        "Dockerfile", "scripts/apply-patches.sh", "scripts/build-openblas.sh", "scripts/build-zdnn.sh",
+        "Dockerfile", "scripts/prepare-source.sh", "scripts/build-openblas.sh", "scripts/build-zdnn.sh",
         "sources/OpenBLAS-0.3.33.tar.gz", "sources/zDNN-1.0.1.tar.gz",
-    }  # fmt: skip  (no CA bundle: the libs stage runs no pip)
-    assemble_context(plan, plan.stage("final"), tmp_path / "final", sources, ca)
+    }  # fmt: skip  (no build secrets: the libs stage runs no pip)
+    assemble_context(plan, plan.stage("final"), tmp_path / "final", sources, secrets)
     info = json.loads((tmp_path / "final" / "build-info.json").read_text())
-    assert info["target_flag"] == "-march=arch14" and (tmp_path / "final" / "ca-bundle.crt").exists()
+    assert info["target_flag"] == "-march=arch14"
+    assert (tmp_path / "final" / "ca-bundle.crt").exists() and (tmp_path / "final" / "pip.conf").exists()
 
 
 def test_render_reports_missing_sources(plan_for, tmp_path):
     plan = plan_for()
-    assert assemble_context(plan, plan.stage("libs"), tmp_path / "libs", {}, None) == ["OpenBLAS-0.3.33.tar.gz"]
+    assert assemble_context(plan, plan.stage("libs"), tmp_path / "libs", {}) == ["OpenBLAS-0.3.33.tar.gz"]

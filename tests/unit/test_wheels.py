@@ -5,6 +5,7 @@ import zipfile
 import pytest
 
 from torchstack.errors import UsageProblem
+from torchstack.wheels import pip_conf_text, pip_index_settings
 
 
 def make_wheel(folder, name, files):
@@ -58,3 +59,15 @@ def test_a_wheel_for_another_architecture_or_python_is_refused(plan_for, wheelho
 def test_a_version_the_folder_does_not_hold(plan_for, wheelhouse):
     with pytest.raises(UsageProblem, match="no torch 2.99.0 for cp311 x86_64"):
         plan_for(methods={"torch": "wheel"}, torch_wheel=str(wheelhouse), torch_version="2.99.0")
+
+
+def test_a_package_index_becomes_pip_settings():
+    assert pip_index_settings("https://user:token@pypi.example.com/simple") == {
+        "index-url": "https://user:token@pypi.example.com/simple"
+    }
+    # pip ignores a plain-http index unless its host is trusted
+    assert pip_conf_text("http://172.17.0.1:8080/simple/") == (
+        "[global]\nindex-url = http://172.17.0.1:8080/simple/\ntrusted-host = 172.17.0.1:8080\n"
+    )
+    with pytest.raises(UsageProblem, match="not an http"):
+        pip_index_settings("/srv/wheels")

@@ -1,0 +1,65 @@
+"""Air-gapped pip: build steps take Python packages from the index given by --pip-index-url (here a
+local folder served over loopback, as a site mirror would be), and its address stays out of the image."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from tests.engine.conftest import CA_BUNDLE, files_holding, run_build_py
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.fixture(scope="module")
+def local_index(tmp_path_factory):
+    """A PEP 503 index of one project, numpy, as a plain folder (a directory listing is a simple page)."""
+    root = tmp_path_factory.mktemp("index")
+    project = root / "simple" / "numpy"
+    project.mkdir(parents=True)
+    download = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                "--platform", "manylinux_2_28_x86_64", "--python-version", "3.11", "--dest", str(project),
+                "numpy==2.3.5"]  # fmt: skip
+    subprocess.run(download, check=True, timeout=600)
+    return root
+
+
+@pytest.fixture
+def serve(client, local_index):
+    """Serve the index on the engine's bridge gateway, where build steps reach this host; the paths asked for."""
+    asked: list[str] = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format, *args):  # noqa: A002 (the base class's name)
+            asked.append(self.path)
+
+    gateway = client.networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"]
+    server = http.server.ThreadingHTTPServer((gateway, 0), functools.partial(Handler, directory=str(local_index)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://{gateway}:{server.server_address[1]}/simple/", asked
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("builder", ["docker", "buildx"])
+def test_pip_takes_packages_from_the_given_index_and_ships_no_trace_of_it(client, serve, unique_tag, builder):
+    url, asked = serve
+    # --no-cache: BuildKit keys its cache on the Dockerfile, not on a secret's contents, so the pip
+    # step of an earlier run with another index would be reused and pip would ask this one nothing.
+    result = run_build_py(
+        "--build-type", "tools", "--openblas-from", "distro", "--numpy-from", "wheel", "--builder", builder, "--no-cache",
+        "--ca-bundle", str(CA_BUNDLE), "--pip-index-url", url, "--tag", unique_tag,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "/simple/numpy/" in asked and any(path.endswith(".whl") for path in asked), asked
+
+    image = client.images.get(f"torchstack-tools:{unique_tag}")
+    assert not any(var.startswith("PIP_") for var in image.attrs["Config"]["Env"] or [])
+    history = " ".join(step.get("CreatedBy", "") for step in image.history())
+    assert url not in history and "pip.conf" not in history
+    assert files_holding(image, url.encode()) == []
