@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
 
 from torchstack.errors import DataError
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
+
+
+# A Python package pinned to one version, as pip reads it: name==version
+PinnedPackage = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.!+_-]*$")]
 
 
 class Frozen(BaseModel):
@@ -123,7 +127,8 @@ class Component(Frozen):
     script: str
     build_packages: tuple[str, ...] = ()
     runtime_packages: tuple[str, ...] = ()
-    build_requirements: tuple[str, ...] = ()
+    build_requirements: tuple[PinnedPackage, ...] = ()
+    runtime_requirements: tuple[PinnedPackage, ...] = ()
     env: dict[str, str] = {}
     wheel_excludes: tuple[str, ...] = ()
     url: str

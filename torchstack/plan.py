@@ -80,6 +80,7 @@ class ComponentPlan:
     build_packages: tuple[str, ...]
     runtime_packages: tuple[str, ...]
     build_requirements: tuple[str, ...]
+    runtime_requirements: tuple[str, ...] = ()  # pip constraints for the packages it pulls in
 
     @property
     def source_path(self) -> str | None:
@@ -148,6 +149,11 @@ class Plan:
         """Library folders of the compiled components the final image ships."""
         return [c.libdir for c in self.components if c.needed_by == "runtime" and c.libdir]
 
+    @property
+    def python_constraints(self) -> list[str]:
+        """The pins (name==version) the final stage installs torch's dependencies at."""
+        return sorted({r for c in self.components if c.needed_by == "runtime" for r in c.runtime_requirements})
+
     def component(self, name: str) -> ComponentPlan | None:
         return next((c for c in self.components if c.name == name), None)
 
@@ -190,6 +196,7 @@ class Plan:
             "components": {
                 c.name: {"method": c.method, "version": c.version, "prefix": c.prefix} for c in self.components
             },
+            "python_constraints": self.python_constraints,
         }
 
 
@@ -425,6 +432,7 @@ def _component_plans(
                 ),
                 runtime_packages=component.runtime_packages if source_build else (alternative.runtime_packages if alternative else ()),
                 build_requirements=component.build_requirements if source_build else (),
+                runtime_requirements=component.runtime_requirements,
             )
         )
     return tuple(components)

@@ -151,6 +151,7 @@ def assemble_context(
                 missing.append(posixpath.basename(c.env["WHEEL"]))
     if stage.name == "final":
         shutil.copytree(EXAMPLES, dest / "examples")
+        (dest / "constraints.txt").write_text("".join(f"{pin}\n" for pin in plan.python_constraints))
         (dest / "build-info.json").write_text(json.dumps(plan.build_info(), indent=2, sort_keys=True) + "\n")
     if plan.builder != "buildx":
         for key, path in secrets.files().items():

@@ -131,6 +131,8 @@ def test_context_holds_what_the_dockerfile_copies(plan_for, tmp_path):
     assemble_context(plan, plan.stage("final"), tmp_path / "final", sources, secrets)
     info = json.loads((tmp_path / "final" / "build-info.json").read_text())
     assert info["target_flag"] == "-march=arch14"
+    constraints = (tmp_path / "final" / "constraints.txt").read_text().splitlines()
+    assert constraints == info["python_constraints"] and "sympy==1.14.0" in constraints
     assert (tmp_path / "final" / "ca-bundle.crt").exists() and (tmp_path / "final" / "pip.conf").exists()
 
 

@@ -5,6 +5,9 @@ import shlex
 import tarfile
 
 import pytest
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from torchstack.tags import tag_safe
 
@@ -19,6 +22,19 @@ linear = torch.utils.mkldnn.to_mkldnn(torch.nn.Linear(64, 32).eval())
 with torch.inference_mode():
     conv(x)
     linear(torch.randn(8, 64).to_mkldnn())
+"""
+# Every installed distribution with its requirements, and the image's marker environment.
+DISTRIBUTIONS = """
+import importlib.metadata, json, os, platform, sys
+print(json.dumps({
+    "env": {"python_version": "%d.%d" % sys.version_info[:2], "python_full_version": platform.python_version(),
+            "platform_machine": platform.machine(), "platform_system": platform.system(),
+            "platform_release": platform.release(), "sys_platform": sys.platform, "os_name": os.name,
+            "implementation_name": sys.implementation.name,
+            "platform_python_implementation": platform.python_implementation()},
+    "dists": {d.metadata["Name"]: {"version": d.version, "requires": d.requires or []}
+              for d in importlib.metadata.distributions()},
+}))
 """
 # Where an image may keep certificates: the system CA store.
 CA_STORE = ("etc/ssl/", "usr/share/ca-certificates/")
@@ -77,6 +93,32 @@ def test_torch_uses_our_blas_and_target_flags(python, ours):
     config = python("import torch; print(torch.__config__.show())")
     assert "BLAS_INFO=open" in config, f"torch is not built on OpenBLAS:\n{config}"
     assert ours["target_flag"] in config, f"torch was not compiled with {ours['target_flag']}:\n{config}"
+
+
+def test_what_torch_pulls_in_is_pinned(python, ours):
+    """torch's requirements and theirs, as the image's own metadata lists them, are each at the pin
+    the build gave pip (components.yaml: torch.runtime_requirements)."""
+    if "python_constraints" not in ours:
+        pytest.skip("this build recorded no Python constraints")
+    found = json.loads(python(DISTRIBUTIONS))
+    env = {**default_environment(), **found["env"], "extra": ""}
+    installed = {canonicalize_name(name): d for name, d in found["dists"].items()}
+    pins = dict(pin.split("==") for pin in ours["python_constraints"])
+    pins = {canonicalize_name(name): version for name, version in pins.items()}
+    pulled, todo = set(), ["torch"]
+    while todo:
+        for text in installed[todo.pop()]["requires"]:
+            requirement = Requirement(text)
+            name = canonicalize_name(requirement.name)
+            if (requirement.marker is None or requirement.marker.evaluate(env)) and name not in pulled:
+                assert name in installed, f"{requirement} is required but not installed"
+                pulled.add(name)
+                todo.append(name)
+    unpinned = sorted(pulled - set(pins))
+    assert not unpinned, f"torch pulls in {unpinned}, which components.yaml does not pin"
+    wrong = {name: installed[name]["version"] for name in pulled if installed[name]["version"] != pins[name]}
+    assert not wrong, f"installed at other versions than pinned: {wrong}"
+    assert pulled, "torch pulls in nothing: the image's metadata was not read"
 
 
 def test_no_compilers(host):
