@@ -15,7 +15,7 @@ from pathlib import Path
 from torchstack import bootstrap, checks, engine, sources
 from torchstack.errors import ChecksFailed, ToolkitError
 from torchstack.model import Catalog
-from torchstack.plan import Plan, Request, make_plan
+from torchstack.plan import RELEASE_STAGE, Plan, Request, make_plan
 from torchstack.progress import BuildView, StageReport, summary_table, write_json
 from torchstack.render import BuildSecrets, assemble_context
 from torchstack.wheels import download_from_index, pip_conf_text
@@ -80,7 +80,7 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
         for stage, report in zip(plan.stages, reports, strict=True):
             assemble_context(plan, stage, contexts / stage.name, source_files, secrets)
             progress = view.start(report)
-            labels = {**plan.labels, "io.torchstack.stage": stage.name}
+            labels = plan.stage_labels(stage)
             log = functools.partial(view.line, stage.name)
             try:
                 if plan.builder == "buildx":
@@ -114,7 +114,7 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
             checks_summary = outcome.summary
             if not outcome.passed:
                 raise ChecksFailed(f"checks of {top.image} failed ({outcome.summary}); the release tag was not applied")
-        if top.name == "final":
+        if top.name == RELEASE_STAGE:
             repository, _, tag = plan.final_image.rpartition(":")
             client.images.get(top.image).tag(repository, tag)
             reports[-1].tags.append(plan.final_image)
@@ -122,7 +122,7 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
     total = time.monotonic() - started
     summary = {
         "release_tag": plan.release_tag,
-        "final_image": plan.final_image if top.name == "final" else None,
+        "final_image": plan.final_image if top.name == RELEASE_STAGE else None,
         "arch": plan.arch.name,
         "backend": plan.backend.name,
         "target": plan.target.name,
@@ -135,5 +135,5 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
     if not options.get("quiet"):
         view.console.print(summary_table(reports))
         view.console.print(f"checks: {checks_summary}", highlight=False)
-    print(plan.final_image if top.name == "final" else top.image)
+    print(plan.final_image if top.name == RELEASE_STAGE else top.image)
     return plan

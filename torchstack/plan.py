@@ -33,6 +33,7 @@ from torchstack.wheels import (
 
 BUILD_TYPES = ("base", "libs", "tools", "dev", "final", "full", "pytorch")
 BUILD_TYPE_ALIASES = {"full": "final", "pytorch": "final"}
+RELEASE_STAGE = "final"  # the stage whose image gets the release tag
 VENV = "/opt/venv"
 IMAGE_PATH = f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SOURCES_DIR = "/opt/torchstack/sources"
@@ -69,6 +70,7 @@ class Request:
 @dataclass(frozen=True)
 class ComponentPlan:
     name: str
+    stage: str  # the stage that builds or installs it
     method: str  # source | distro | wheel
     version: str
     needed_by: str
@@ -98,6 +100,7 @@ class StagePlan:
     components: tuple[ComponentPlan, ...]
     packages: tuple[str, ...]
     size_budget_mib: int | None
+    upstream: frozenset[str] = frozenset()  # this stage and every stage it is built from or copies from
 
 
 @dataclass(frozen=True)
@@ -162,7 +165,7 @@ class Plan:
 
     @property
     def labels(self) -> dict[str, str]:
-        """OCI labels and the build information, on every stage image."""
+        """OCI labels and the build information of the release image."""
         return {
             "org.opencontainers.image.title": (
                 f"PyTorch {self.torch_version} on {self.backend.name} for {self.target.name} ({self.arch.name})"
@@ -176,6 +179,34 @@ class Plan:
             "io.torchstack.target": self.target.name,
             "io.torchstack.torch.version": self.torch_version,
             "io.torchstack.build-info": json.dumps(self.build_info(), sort_keys=True),
+        }
+
+    def stage_labels(self, stage: StagePlan) -> dict[str, str]:
+        """A stage image's labels. The release image (the table's last stage) carries all of them;
+        an earlier stage only what its own content depends on. Labels are part of an image, and
+        the next stage is built FROM it: a release or torch version in the libs image would make
+        another torch recompile OpenBLAS and ACL."""
+        if stage.name == RELEASE_STAGE:
+            return {**self.labels, "io.torchstack.stage": stage.name}
+        info = self.build_info()
+        info["components"] = {
+            name: c for name, c in info["components"].items() if self.component(name).stage in stage.upstream
+        }
+        for key in ("release_tag", "release", "python_constraints"):
+            del info[key]
+        if "torch" not in info["components"]:
+            del info["torch_version"]
+        return {
+            "org.opencontainers.image.title": (
+                f"torchstack {stage.name} stage: {self.backend.name} for {self.target.name} ({self.arch.name})"
+            ),
+            "org.opencontainers.image.licenses": "BSD-3-Clause",
+            "org.opencontainers.image.base.name": self.base_image,
+            "io.torchstack.arch": self.arch.name,
+            "io.torchstack.backend": self.backend.name,
+            "io.torchstack.target": self.target.name,
+            "io.torchstack.stage": stage.name,
+            "io.torchstack.build-info": json.dumps(info, sort_keys=True),
         }
 
     def build_info(self) -> dict:
@@ -419,6 +450,7 @@ def _component_plans(
                 name=name,
                 method=method,
                 version=version,
+                stage=component.stage,
                 needed_by=component.needed_by,
                 script=component.script,
                 prefix=prefix,
@@ -442,16 +474,12 @@ def _stage_plans(
     catalog: Catalog, wanted: str, components: tuple[ComponentPlan, ...], base_image: str, image_name: str
 ) -> tuple[StagePlan, ...]:
     """The requested stage and everything it needs, in table order."""
-    needed: set[str] = set()
 
-    def need(stage: Stage) -> None:
-        if stage.name not in needed:
-            needed.add(stage.name)
-            for dep in (stage.parent, *stage.copies_from):
-                if dep:
-                    need(catalog.stage(dep))
+    def upstream(stage: Stage) -> frozenset[str]:
+        deps = (catalog.stage(d) for d in (stage.parent, *stage.copies_from) if d)
+        return frozenset({stage.name}).union(*(upstream(d) for d in deps))
 
-    need(catalog.stage(wanted))
+    needed = upstream(catalog.stage(wanted))
     images = {s.name: image_name.format(stage=s.name) for s in catalog.stages}
     return tuple(
         StagePlan(
@@ -464,6 +492,7 @@ def _stage_plans(
             components=tuple(c for c in components if catalog.components[c.name].stage == s.name),
             packages=s.packages,
             size_budget_mib=s.size_budget_mib,
+            upstream=upstream(s),
         )
         for s in catalog.stages
         if s.name in needed

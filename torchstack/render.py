@@ -14,7 +14,7 @@ import jinja2
 
 from torchstack.errors import ToolkitError
 from torchstack.model import ROOT
-from torchstack.plan import CCACHE_DIR, IMAGE_PATH, SOURCES_DIR, VENV, Plan, StagePlan, env_line
+from torchstack.plan import CCACHE_DIR, IMAGE_PATH, RELEASE_STAGE, SOURCES_DIR, VENV, Plan, StagePlan, env_line
 
 TEMPLATES = ROOT / "templates"
 SCRIPTS = ROOT / "scripts"
@@ -149,7 +149,7 @@ def assemble_context(
                 _place(wheel, dest / "wheels" / wheel.name)
             else:
                 missing.append(posixpath.basename(c.env["WHEEL"]))
-    if stage.name == "final":
+    if stage.name == RELEASE_STAGE:
         shutil.copytree(EXAMPLES, dest / "examples")
         (dest / "constraints.txt").write_text("".join(f"{pin}\n" for pin in plan.python_constraints))
         (dest / "build-info.json").write_text(json.dumps(plan.build_info(), indent=2, sort_keys=True) + "\n")

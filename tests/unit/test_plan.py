@@ -1,5 +1,7 @@
 """The plan: which stages build, and the exact environment each component's script receives."""
 
+import json
+
 import pytest
 
 from torchstack.errors import UsageProblem
@@ -214,3 +216,22 @@ def test_a_broken_custom_target_names_the_file_and_field(plan_for, tmp_path):
     custom.write_text("name: bad\narch: aarch64\nflag: -O3\ngcc: '9'\nopenblas: {target: ARMV8}\n")
     with pytest.raises(UsageProblem, match=r"bad.yaml: flag: Value error, must be exactly one"):
         plan_for(build_target="custom", custom_target=custom, arch="aarch64")
+
+
+def test_a_stage_image_is_labelled_only_with_what_it_depends_on(plan_for):
+    """Labels are part of an image, and the next stage is built FROM it: another release (or
+    another torch) must not change the libs image, or it would recompile OpenBLAS and ACL."""
+    this = plan_for(backend="onednn-acl", build_target="neoverse-v1")
+    later = plan_for(backend="onednn-acl", build_target="neoverse-v1", release="r27.01")
+    for name in ("base", "libs", "tools"):
+        assert this.stage_labels(this.stage(name)) == later.stage_labels(later.stage(name)), name
+    assert this.stage_labels(this.stage("final")) != later.stage_labels(later.stage("final"))
+
+    libs = json.loads(this.stage_labels(this.stage("libs"))["io.torchstack.build-info"])
+    assert set(libs["components"]) == {"openblas", "acl"} and "torch_version" not in libs
+    assert this.stage_labels(this.stage("libs"))["io.torchstack.stage"] == "libs"
+    final = this.stage_labels(this.stage("final"))
+    assert final["org.opencontainers.image.version"] == this.release_tag
+    assert json.loads(final["io.torchstack.build-info"]) == this.build_info()
+    dev = json.loads(this.stage_labels(this.stage("dev"))["io.torchstack.build-info"])
+    assert dev["torch_version"] == "2.13.0" and "release_tag" not in dev
