@@ -7,8 +7,8 @@ import os
 import posixpath
 import shutil
 from dataclasses import dataclass
-from typing import ClassVar
 from pathlib import Path
+from typing import ClassVar
 
 import jinja2
 
@@ -78,6 +78,16 @@ def render_dockerfile(plan: Plan, stage: StagePlan, secrets: BuildSecrets = NO_S
         raise ToolkitError(f"template {where}: {exc.message}") from None
 
 
+def _secret_uses(plan: Plan, secrets: BuildSecrets) -> list[dict[str, str]]:
+    """For the templates: each given secret's id, context file, pip variable and path in a step."""
+    uses = []
+    for key in secrets.files():
+        file, env = BuildSecrets.PLACES[key]
+        path = f"/run/secrets/{key}" if plan.builder == "buildx" else f"/tmp/torchstack-{file}"
+        uses.append({"id": key, "file": file, "env": env, "path": path})
+    return uses
+
+
 def _render(plan: Plan, stage: StagePlan, secrets: BuildSecrets) -> str:
     text = _ENV.get_template(stage.template).render(
         plan=plan,
@@ -88,11 +98,7 @@ def _render(plan: Plan, stage: StagePlan, secrets: BuildSecrets) -> str:
         ccache_dir=CCACHE_DIR,
         buildkit=plan.builder == "buildx",
         user=USER,
-        secrets=[
-            {"id": key, "file": BuildSecrets.PLACES[key][0], "env": BuildSecrets.PLACES[key][1],
-             "path": f"/run/secrets/{key}" if plan.builder == "buildx" else f"/tmp/torchstack-{BuildSecrets.PLACES[key][0]}"}
-            for key in secrets.files()
-        ],  # fmt: skip
+        secrets=_secret_uses(plan, secrets),
         runtime_packages=plan.runtime_packages,
         runtime_libdirs=plan.runtime_libdirs,
     )

@@ -35,7 +35,7 @@ def serve(client, local_index):
     asked: list[str] = []
 
     class Handler(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, format, *args):  # noqa: A002 (the base class's name)
+        def log_message(self, format, *args):
             asked.append(self.path)
 
     gateway = client.networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"]
