@@ -30,9 +30,11 @@ def local_index(tmp_path_factory):
 
 
 @pytest.fixture
-def serve(client, local_index):
-    """Serve the index on the engine's bridge gateway, where build steps reach this host; the paths asked for."""
+def serve(client, local_index, unique_tag):
+    """Serve the index on the engine's bridge gateway, where build steps reach this host, under a
+    path unique to the test (so its URL has never been built with); the paths asked for."""
     asked: list[str] = []
+    (local_index / unique_tag).symlink_to(local_index / "simple", target_is_directory=True)
 
     class Handler(http.server.SimpleHTTPRequestHandler):
         def log_message(self, format, *args):
@@ -41,7 +43,7 @@ def serve(client, local_index):
     gateway = client.networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"]
     server = http.server.ThreadingHTTPServer((gateway, 0), functools.partial(Handler, directory=str(local_index)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://{gateway}:{server.server_address[1]}/simple/", asked
+    yield f"http://{gateway}:{server.server_address[1]}/{unique_tag}/", asked
     server.shutdown()
     server.server_close()
 
@@ -49,14 +51,18 @@ def serve(client, local_index):
 @pytest.mark.parametrize("builder", ["docker", "buildx"])
 def test_pip_takes_packages_from_the_given_index_and_ships_no_trace_of_it(client, serve, unique_tag, builder):
     url, asked = serve
-    # --no-cache: BuildKit keys its cache on the Dockerfile, not on a secret's contents, so the pip
-    # step of an earlier run with another index would be reused and pip would ask this one nothing.
+    # The legacy builder copies the pip configuration into the build, so a URL never used before
+    # misses its cache. BuildKit keys its cache on the Dockerfile, not on a secret's contents, so
+    # it needs --no-cache, or the pip step of an earlier run would be reused and ask this index
+    # nothing. (The legacy builder is not given --no-cache: the duplicate chain it would leave
+    # behind can win the next normal build's cache lookup and cost it a numpy compile.)
+    no_cache = ["--no-cache"] if builder == "buildx" else []
     result = run_build_py(
-        "--build-type", "tools", "--openblas-from", "distro", "--numpy-from", "wheel", "--builder", builder, "--no-cache",
+        "--build-type", "tools", "--openblas-from", "distro", "--numpy-from", "wheel", "--builder", builder, *no_cache,
         "--ca-bundle", str(CA_BUNDLE), "--pip-index-url", url, "--tag", unique_tag,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "/simple/numpy/" in asked and any(path.endswith(".whl") for path in asked), asked
+    assert f"/{unique_tag}/numpy/" in asked and any(path.endswith(".whl") for path in asked), asked
 
     image = client.images.get(f"torchstack-tools:{unique_tag}")
     assert not any(var.startswith("PIP_") for var in image.attrs["Config"]["Env"] or [])
