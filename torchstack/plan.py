@@ -182,7 +182,7 @@ class Plan:
         }
 
     def stage_labels(self, stage: StagePlan) -> dict[str, str]:
-        """A stage image's labels. The release image (the table's last stage) carries all of them;
+        """A stage image's labels. The release image (RELEASE_STAGE) carries all of them;
         an earlier stage only what its own content depends on. Labels are part of an image, and
         the next stage is built FROM it: a release or torch version in the libs image would make
         another torch recompile OpenBLAS and ACL."""
