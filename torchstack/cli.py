@@ -14,6 +14,7 @@ from torchstack import __version__
 from torchstack.errors import DataError, ToolkitError
 from torchstack.model import Catalog, load_catalog
 from torchstack.plan import BUILD_TYPES, BUILDERS, Plan, Request, env_line, make_plan
+from torchstack.wheels import pip_index_settings
 
 
 def _parse_pins(values: tuple[str, ...]) -> dict[str, str]:
@@ -150,8 +151,6 @@ class ToolkitGroup(click.Group):
 
 def _check_index_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value:
-        from torchstack.wheels import pip_index_settings
-
         pip_index_settings(value)
     return value
 

@@ -163,51 +163,42 @@ class Plan:
     def stage(self, name: str) -> StagePlan:
         return next(s for s in self.stages if s.name == name)
 
-    @property
-    def labels(self) -> dict[str, str]:
-        """OCI labels and the build information of the release image."""
-        return {
-            "org.opencontainers.image.title": (
-                f"PyTorch {self.torch_version} on {self.backend.name} for {self.target.name} ({self.arch.name})"
-            ),
-            "org.opencontainers.image.version": self.release_tag,
-            "org.opencontainers.image.licenses": "BSD-3-Clause",
-            "org.opencontainers.image.base.name": self.base_image,
-            "io.torchstack.release": self.release,
-            "io.torchstack.arch": self.arch.name,
-            "io.torchstack.backend": self.backend.name,
-            "io.torchstack.target": self.target.name,
-            "io.torchstack.torch.version": self.torch_version,
-            "io.torchstack.build-info": json.dumps(self.build_info(), sort_keys=True),
-        }
-
     def stage_labels(self, stage: StagePlan) -> dict[str, str]:
-        """A stage image's labels. The release image (RELEASE_STAGE) carries all of them;
-        an earlier stage only what its own content depends on. Labels are part of an image, and
-        the next stage is built FROM it: a release or torch version in the libs image would make
-        another torch recompile OpenBLAS and ACL."""
-        if stage.name == RELEASE_STAGE:
-            return {**self.labels, "io.torchstack.stage": stage.name}
+        """A stage image's OCI labels and build information. The release image (RELEASE_STAGE)
+        carries all of it; an earlier stage only what its own content depends on. Labels are part
+        of an image, and the next stage is built FROM it: a release or torch version in the libs
+        image would make another torch recompile OpenBLAS and ACL."""
         info = self.build_info()
-        info["components"] = {
-            name: c for name, c in info["components"].items() if self.component(name).stage in stage.upstream
-        }
-        for key in ("release_tag", "release", "python_constraints"):
-            del info[key]
-        if "torch" not in info["components"]:
-            del info["torch_version"]
-        return {
-            "org.opencontainers.image.title": (
-                f"torchstack {stage.name} stage: {self.backend.name} for {self.target.name} ({self.arch.name})"
-            ),
+        labels = {
             "org.opencontainers.image.licenses": "BSD-3-Clause",
             "org.opencontainers.image.base.name": self.base_image,
             "io.torchstack.arch": self.arch.name,
             "io.torchstack.backend": self.backend.name,
             "io.torchstack.target": self.target.name,
             "io.torchstack.stage": stage.name,
-            "io.torchstack.build-info": json.dumps(info, sort_keys=True),
         }
+        if stage.name == RELEASE_STAGE:
+            labels.update({
+                "org.opencontainers.image.title": (
+                    f"PyTorch {self.torch_version} on {self.backend.name} for {self.target.name} ({self.arch.name})"
+                ),
+                "org.opencontainers.image.version": self.release_tag,
+                "io.torchstack.release": self.release,
+                "io.torchstack.torch.version": self.torch_version,
+            })  # fmt: skip
+        else:
+            labels["org.opencontainers.image.title"] = (
+                f"torchstack {stage.name} stage: {self.backend.name} for {self.target.name} ({self.arch.name})"
+            )
+            info["components"] = {
+                name: c for name, c in info["components"].items() if self.component(name).stage in stage.upstream
+            }
+            for key in ("release_tag", "release", "python_constraints"):
+                del info[key]
+            if "torch" not in info["components"]:
+                del info["torch_version"]
+        labels["io.torchstack.build-info"] = json.dumps(info, sort_keys=True)
+        return labels
 
     def build_info(self) -> dict:
         """What the image records about how it was built (/opt/torchstack/build-info.json)."""
