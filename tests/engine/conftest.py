@@ -55,6 +55,15 @@ def files_holding(image, needle: bytes) -> list[str]:
     return found
 
 
+def untag(client, fragment: str) -> None:
+    """Remove every image name holding `fragment` (an image other names share only loses the name)."""
+    for image in client.images.list():
+        for name in image.tags:
+            if fragment in name:
+                with contextlib.suppress(docker.errors.NotFound):
+                    client.images.remove(name)
+
+
 @pytest.fixture(scope="session")
 def client():
     try:
@@ -92,8 +101,4 @@ def unique_tag(client):
     tags share stay, and so does the engine's build cache)."""
     tag = f"test-{uuid.uuid4().hex[:10]}"
     yield tag
-    for image in client.images.list():
-        for name in image.tags:
-            if name.endswith(f":{tag}"):
-                with contextlib.suppress(docker.errors.NotFound):
-                    client.images.remove(name)
+    untag(client, f":{tag}")

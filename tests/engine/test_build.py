@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.engine.conftest import CA_BUNDLE, X86_ARGS, files_holding, run_build_py, x86_wheelhouse
+from tests.engine.conftest import CA_BUNDLE, X86_ARGS, files_holding, run_build_py, untag, x86_wheelhouse
 
 pytestmark = pytest.mark.engine
 
@@ -47,10 +47,7 @@ def test_another_release_rebuilds_only_the_release_image(client, x86_build, tmp_
         statuses = {s["stage"]: s["status"] for s in json.loads(summary.read_text())["stages"]}
         assert statuses == {"base": "cached", "libs": "cached", "tools": "cached", "dev": "cached", "final": "built"}
     finally:
-        for image in client.images.list():
-            for name in image.tags:
-                if ":r99.12-" in name:
-                    client.images.remove(name)
+        untag(client, ":r99.12-")
 
 
 def test_the_ca_bundle_is_in_no_layer_of_the_final_image(client, x86_build):
