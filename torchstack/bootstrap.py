@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -12,10 +11,8 @@ import docker
 
 from torchstack.engine import image_exists
 from torchstack.errors import ToolkitError
-from torchstack.host import host_arch
 from torchstack.plan import Plan
 
-BINFMT = Path("/proc/sys/fs/binfmt_misc")
 # As Debian's own slim images: no manuals, translations or documentation, but the licences.
 SLIM_DPKG_OPTIONS = (
     "path-exclude=/usr/share/man/*",
@@ -31,22 +28,9 @@ CMD ["bash"]
 """
 
 
-def check_emulation(plan: Plan) -> None:
-    """Building for another architecture needs qemu-user registered with binfmt_misc (flag F)."""
-    if not plan.emulated:
-        return
-    entry = BINFMT / f"qemu-{plan.arch.qemu}"
-    ready = entry.is_file() and "enabled" in (text := entry.read_text()) and "F" in text.split("flags:")[-1].split()[0]
-    if not ready:
-        raise ToolkitError(
-            f"building an {plan.arch.name} image on this {host_arch()} host needs qemu emulation: "
-            "apt-get install qemu-user-static binfmt-support && update-binfmts --enable "
-            f"(no usable {entry} found)"
-        )
-
-
 def ensure_base_image(client: docker.DockerClient, plan: Plan, mirror: str | None, force: bool = False) -> str:
-    """The plan's base OS image: present, pulled (a user's --base-image), or bootstrapped here."""
+    """The plan's base OS image: present, pulled (a user's --base-image), or bootstrapped here
+    (the caller has made sure, with prerequisites.require, that this host can)."""
     image = plan.base_image
     if not force and image_exists(client, image):
         return image
@@ -59,9 +43,6 @@ def ensure_base_image(client: docker.DockerClient, plan: Plan, mirror: str | Non
                 f"base image {image} is not here and cannot be pulled ({exc.explanation or exc}); "
                 "leave out --base-image to bootstrap Debian from its archive instead"
             ) from None
-    check_emulation(plan)
-    if shutil.which("mmdebstrap") is None:
-        raise ToolkitError("bootstrapping the base image needs mmdebstrap: apt-get install mmdebstrap")
     distribution = plan.distribution
     with tempfile.TemporaryDirectory(prefix="torchstack-rootfs-") as work:
         rootfs = Path(work) / "rootfs.tar"

@@ -257,9 +257,10 @@ def make_cli(catalog: Catalog) -> click.Group:
     @click.option("--force", is_flag=True, help="Make it again even if the image exists.")
     def bootstrap_command(arch: str | None, distribution: str, debian_mirror: str | None, force: bool) -> None:
         """Create the Debian base image from the Debian archive with mmdebstrap (no registry needed)."""
-        from torchstack import bootstrap, engine
+        from torchstack import bootstrap, engine, prerequisites
 
         plan = make_plan(catalog, Request(build_type="base", arch=arch, distribution=distribution))
+        prerequisites.require(plan, bootstrap=True)
         image = bootstrap.ensure_base_image(engine.connect(), plan, debian_mirror, force=force)
         click.echo(image)
 

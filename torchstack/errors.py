@@ -17,6 +17,12 @@ class DataError(UsageProblem):
     """A data file (ours or the user's) is missing, not YAML, or fails validation."""
 
 
+class HostNotReady(ToolkitError):
+    """This build host lacks a tool the build needs; the message names the command that installs it."""
+
+    exit_code = 2
+
+
 class EngineUnavailable(ToolkitError):
     """No Docker engine answers."""
 

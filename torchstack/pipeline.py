@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
-from torchstack import bootstrap, checks, engine, sources
+from torchstack import bootstrap, checks, engine, prerequisites, sources
 from torchstack.errors import ChecksFailed, ToolkitError
 from torchstack.model import Catalog
 from torchstack.plan import RELEASE_STAGE, Plan, Request, make_plan
@@ -58,8 +58,9 @@ def _build_secrets(options: dict, contexts: Path) -> Iterator[BuildSecrets]:
 
 def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> Plan:
     client = engine.connect()
+    base_missing = not engine.image_exists(client, plan.base_image)
+    prerequisites.require(plan, bootstrap=base_missing and plan.base_is_bootstrapped)
     request, plan = resolve_wheel(catalog, request, plan, options.get("pip_index_url"))
-    bootstrap.check_emulation(plan)
     source_files = sources.fetch_plan_sources(plan, options.get("source_mirror"))
 
     logs = sources.state_dir() / "logs"
@@ -72,7 +73,7 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
     started = time.monotonic()
 
     with _build_secrets(options, contexts) as secrets, BuildView(reports, log_path, options.get("quiet", False)) as view:
-        if not engine.image_exists(client, plan.base_image):
+        if base_missing:
             how = "bootstrapping it from the Debian archive" if plan.base_is_bootstrapped else "pulling it"
             view.note(f"torchstack: base image {plan.base_image} is not here; {how}")
         base = bootstrap.ensure_base_image(client, plan, options.get("debian_mirror"))

@@ -1,0 +1,65 @@
+"""What this build host must have installed for a plan, and one line naming whatever it lacks."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from torchstack.engine import buildx_available
+from torchstack.errors import HostNotReady
+from torchstack.plan import Plan
+
+BINFMT = Path("/proc/sys/fs/binfmt_misc")
+SETUP_HOST = "scripts/setup-host.sh"
+
+
+@dataclass(frozen=True)
+class Missing:
+    what: str  # the tool, and what the plan needs it for
+    install: str  # the command that installs it
+
+
+def binfmt_ready(entry: Path) -> bool:
+    """A qemu-user binfmt entry that is enabled and has flag F (the interpreter opened at
+    registration, so it works inside containers, whose root holds no qemu binary)."""
+    if not entry.is_file():
+        return False
+    text = entry.read_text()
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags:")), [])
+    return text.startswith("enabled") and any("F" in flag for flag in flags)
+
+
+def missing_for(plan: Plan, bootstrap: bool) -> list[Missing]:
+    """What this host lacks to carry out `plan`; `bootstrap`: its base OS image is to be made here."""
+    missing = []
+    entry = BINFMT / f"qemu-{plan.arch.qemu}"
+    if plan.emulated and not binfmt_ready(entry):
+        missing.append(Missing(
+            f"qemu emulation of {plan.arch.name} on this {plan.host_arch} host (no enabled binfmt entry {entry} with flag F)",
+            "apt-get install qemu-user-static binfmt-support && update-binfmts --enable",
+        ))  # fmt: skip
+    if bootstrap and shutil.which("mmdebstrap") is None:
+        missing.append(Missing("mmdebstrap, to bootstrap the Debian base image", "apt-get install mmdebstrap"))
+    if bootstrap and plan.emulated and shutil.which("arch-test") is None:
+        missing.append(Missing(
+            f"arch-test, which mmdebstrap needs to bootstrap a foreign architecture ({plan.arch.debian})",
+            "apt-get install arch-test",
+        ))  # fmt: skip
+    if plan.builder == "buildx" and not buildx_available():
+        missing.append(Missing(
+            "docker buildx, for --builder buildx",
+            f"apt-get install docker-buildx (Debian 13, Ubuntu), or {SETUP_HOST} (which also installs it on Debian 12)",
+        ))  # fmt: skip
+    return missing
+
+
+def require(plan: Plan, bootstrap: bool) -> None:
+    """Stop, in one line, before any work when this host lacks what `plan` needs."""
+    missing = missing_for(plan, bootstrap)
+    if missing:
+        raise HostNotReady(
+            "this host is not set up for this build: "
+            + "; ".join(f"missing {m.what}: {m.install}" for m in missing)
+            + f" (or run {SETUP_HOST}, which installs all of it)"
+        )
