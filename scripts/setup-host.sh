@@ -11,30 +11,48 @@ if [[ $(id -u) -ne 0 ]]; then
     exit 1
 fi
 
+# Each package the toolkit's paths need, and how to tell it is here (a command, or dpkg's word):
+#   the engine (docker.io, unless another Docker package provides dockerd);
+#   bootstrapping the base image: mmdebstrap, Debian's archive keyring (Ubuntu lacks it), and
+#     arch-test, which mmdebstrap needs for a foreign architecture (only "recommended", so
+#     --no-install-recommends would leave it out);
+#   emulated arm64, s390x (or x86_64) builds: qemu-user-static and binfmt-support;
+#   fetching buildx and sources: curl, gpgv, xz-utils, ca-certificates.
 missing=()
+installed() { dpkg-query -W -f '${Status}' "$1" 2> /dev/null | grep -q '^install ok installed$'; }
 command -v dockerd > /dev/null || missing+=(docker.io)
-command -v curl > /dev/null || missing+=(curl)
-command -v gpgv > /dev/null || missing+=(gpgv)
-command -v xz > /dev/null || missing+=(xz-utils)
-command -v mmdebstrap > /dev/null || missing+=(mmdebstrap)
-[[ -e /usr/bin/qemu-aarch64-static ]] || missing+=(qemu-user-static)
-command -v update-binfmts > /dev/null || missing+=(binfmt-support)
+for package in mmdebstrap debian-archive-keyring arch-test qemu-user-static binfmt-support \
+    curl gpgv xz-utils ca-certificates; do
+    installed "$package" || missing+=("$package")
+done
 if ((${#missing[@]})); then
     say "installing ${missing[*]}"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" > /dev/null
 else
-    say "docker.io, mmdebstrap, qemu-user-static and binfmt-support are installed"
+    say "the Docker engine, mmdebstrap, arch-test, qemu-user-static and binfmt-support are installed"
 fi
 
+# qemu for every architecture torchstack builds (torchstack/data/platforms.yaml) but this host's,
+# registered with flag F so that it works inside containers.
 if ! mountpoint -q /proc/sys/fs/binfmt_misc; then
     say "mounting binfmt_misc"
     mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
 fi
-if [[ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]]; then
-    say "registering qemu binfmt handlers"
-    update-binfmts --enable
-fi
+host_qemu=$(uname -m)
+for qemu in aarch64 s390x x86_64; do
+    [[ $qemu == "$host_qemu" ]] && continue
+    if ! grep -qx enabled "/proc/sys/fs/binfmt_misc/qemu-$qemu" 2> /dev/null; then
+        say "registering qemu binfmt handlers (qemu-$qemu was not enabled)"
+        update-binfmts --enable
+        break
+    fi
+done
+for qemu in aarch64 s390x x86_64; do
+    [[ $qemu == "$host_qemu" ]] && continue
+    grep -q '^flags: .*F' "/proc/sys/fs/binfmt_misc/qemu-$qemu" \
+        || { echo "setup-host: qemu-$qemu is not registered with flag F; see update-binfmts --display qemu-$qemu" >&2; exit 1; }
+done
 
 # BuildKit's CLI plugin, for --builder buildx (compiler cache mounts, CA as a secret). Bookworm
 # has no docker-buildx package: take trixie's, verified through the archive's signed InRelease.
