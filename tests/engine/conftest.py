@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import ipaddress
 import json
 import os
 import shutil
@@ -53,6 +54,15 @@ def files_holding(image, needle: bytes) -> list[str]:
                     if entry.isfile() and needle in layer.extractfile(entry).read():
                         found.append(f"{member.name}:{entry.name}")
     return found
+
+
+def bridge_address(network_attrs: dict) -> str:
+    """This host's address on an engine network, where build steps and containers reach it. An
+    engine reports a Gateway only for a network it was told one for; a newly started engine
+    reports its default bridge as {"Subnet": "172.17.0.0/16"} alone, and then the gateway is, as
+    the engine assigns it, the subnet's first address."""
+    config = network_attrs["IPAM"]["Config"][0]
+    return config.get("Gateway") or str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
 
 
 def untag(client, fragment: str) -> None:

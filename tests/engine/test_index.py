@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from tests.engine.conftest import CA_BUNDLE, files_holding, run_build_py
+from tests.engine.conftest import CA_BUNDLE, bridge_address, files_holding, run_build_py
 
 pytestmark = pytest.mark.engine
 
@@ -40,7 +40,7 @@ def serve(client, local_index, unique_tag):
         def log_message(self, format, *args):
             asked.append(self.path)
 
-    gateway = client.networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"]
+    gateway = bridge_address(client.networks.get("bridge").attrs)
     server = http.server.ThreadingHTTPServer((gateway, 0), functools.partial(Handler, directory=str(local_index)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://{gateway}:{server.server_address[1]}/{unique_tag}/", asked
