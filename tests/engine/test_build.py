@@ -65,6 +65,14 @@ def test_no_docker_daemon_is_one_clear_line():
     assert result.stderr.count("\n") == 1 and "no Docker engine answers" in result.stderr, result.stderr
 
 
+def test_buildx_asked_for_on_a_host_without_it_is_one_line_and_exit_2(client):
+    """No docker CLI on PATH, so no buildx: refused before any work, with what installs it."""
+    result = run_build_py("--build-type", "base", "--builder", "buildx", env={"PATH": "/nonexistent"})
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "missing docker buildx, for --builder buildx: apt-get install docker-buildx" in result.stderr
+
+
 def test_a_failing_step_names_stage_step_output_and_log(client, x86_build, repo_copy, unique_tag):
     patches = repo_copy / "patches" / "numpy"
     patches.mkdir(parents=True, exist_ok=True)
