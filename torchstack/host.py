@@ -28,6 +28,12 @@ def _cpuinfo_fields(text: str) -> dict[str, str]:
     return fields
 
 
+def cpu_features(cpuinfo: str) -> set[str]:
+    """The CPU's features: the `flags` (x86), `Features` (Arm) or `features` (IBM Z) of /proc/cpuinfo."""
+    fields = _cpuinfo_fields(cpuinfo)
+    return set((fields.get("flags") or fields.get("features") or "").split())
+
+
 def _matches(target: Target, fields: dict[str, str], text: str) -> bool:
     native = target.native
     if native is None:
@@ -41,8 +47,7 @@ def _matches(target: Target, fields: dict[str, str], text: str) -> bool:
         return bool(machines & set(native.machine_types))
     if native.x86_vendor is not None and fields.get("vendor_id") != native.x86_vendor:
         return False
-    flags = set(fields.get("flags", "").split())
-    return set(native.x86_flags) <= flags
+    return native.features and set(target.cpu_features) <= cpu_features(text)
 
 
 def resolve_native(catalog: Catalog, arch: str, cpuinfo: str) -> Target:

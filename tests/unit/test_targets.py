@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from torchstack.errors import UsageProblem
-from torchstack.host import default_jobs, resolve_native
+from torchstack.host import cpu_features, default_jobs, resolve_native
 
 SAMPLES = Path(__file__).parent / "cpuinfo"
 
@@ -22,6 +22,26 @@ SAMPLES = Path(__file__).parent / "cpuinfo"
 )
 def test_native_resolves_from_cpuinfo(catalog, sample, arch, expected):
     assert resolve_native(catalog, arch, (SAMPLES / sample).read_text()).name == expected
+
+
+@pytest.mark.parametrize(
+    ("sample", "arch", "runs", "refuses"),
+    [
+        ("neoverse-n1.txt", "aarch64", ["generic", "neoverse-n1"], ["neoverse-v1", "neoverse-n2", "neoverse-v2", "ampere1"]),
+        ("neoverse-v2.txt", "aarch64", ["generic", "neoverse-n1", "neoverse-v1", "neoverse-n2", "neoverse-v2"], []),
+        ("x86-avx2.txt", "x86_64", ["generic", "x86-64-v2", "x86-64-v3"], ["x86-64-v4", "znver4"]),
+        ("z16.txt", "s390x", ["generic", "z14", "z15", "z16"], []),
+    ],
+)
+def test_the_cpu_guard_features_of_each_target_against_real_cpus(catalog, sample, arch, runs, refuses):
+    """What the final image's CPU guard requires: a real CPU runs the images of the targets it
+    can execute, and would refuse (not crash on) the newer ones."""
+    have = cpu_features((SAMPLES / sample).read_text())
+    for name in runs + refuses:
+        target = catalog.find_target(name, arch)
+        assert target.cpu_features, f"{name} lists no cpu_features"
+        lacking = set(target.cpu_features) - have
+        assert bool(lacking) == (name in refuses), f"{sample} on {name}: lacks {sorted(lacking)}"
 
 
 def test_an_unknown_cpu_is_an_error_not_a_guess(catalog):
