@@ -13,7 +13,7 @@ import docker.errors
 from torchstack import __version__
 from torchstack.errors import DataError, ToolkitError
 from torchstack.model import Catalog, load_catalog
-from torchstack.plan import BUILD_TYPES, BUILDERS, Plan, Request, env_line, make_plan
+from torchstack.plan import BUILD_TYPES, BUILDERS, RUNTIMES, Plan, Request, env_line, make_plan
 from torchstack.wheels import pip_index_settings
 
 
@@ -49,6 +49,9 @@ def plan_options(catalog: Catalog):
         click.option("--distribution", help=f"Debian release: {', '.join(sorted(catalog.distributions))}."),
         click.option("--base-image", help="OS image to start from instead of the bootstrapped Debian (Debian-family)."),
         click.option("--torch-wheel", help="With --torch-from wheel: a .whl file, a folder of wheels, a URL, or 'index'."),
+        click.option("--runtime", type=click.Choice(RUNTIMES), default=RUNTIMES[0], show_default=True,
+                     help="full: the final image ships the C++ compiler, Python headers and openssl that torch.compile "
+                     "needs at run time. slim: without them (torch.compile is refused), for sites that forbid compilers."),
         click.option("--builder", type=click.Choice(BUILDERS), default="auto", show_default=True,
                      help="docker: the Docker SDK's builder, any engine. buildx: BuildKit, with a ccache cache mount "
                      "and the CA as a secret. auto: buildx when compiling PyTorch and buildx is installed."),
@@ -94,6 +97,7 @@ def request_from(options: dict) -> Request:
         torch_wheel=options["torch_wheel"],
         distribution=options["distribution"],
         base_image=options["base_image"],
+        runtime=options["runtime"],
     )
 
 
@@ -108,6 +112,8 @@ def format_plan(plan: Plan) -> str:
         f"torch         {plan.torch_version}",
         f"jobs          {plan.jobs} (PyTorch MAX_JOBS {plan.torch_jobs})",
         f"builder       {plan.builder}" + (" (BuildKit: ccache cache mount, CA as a secret)" if plan.builder == "buildx" else ""),
+        f"runtime       {plan.runtime}: " + ("with" if plan.runtime == "full" else "without")
+        + " what torch.compile needs; " + (env_line(plan.runtime_env) or "no environment defaults"),
         f"base image    {plan.base_image}" + (" (bootstrapped from the Debian archive if absent)" if plan.base_is_bootstrapped else ""),
         "components",
     ]

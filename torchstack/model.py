@@ -23,13 +23,30 @@ class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class RuntimeSetting(Frozen):
+    """An environment variable of the final image, with why it is there."""
+
+    value: str
+    why: str
+    default: bool = True  # False: documented (banner, build-info) but left unset
+
+
+class Runtime(Frozen):
+    """What the final image runs with: Debian packages and environment defaults."""
+
+    packages: tuple[str, ...] = ()
+    env: dict[str, RuntimeSetting] = {}
+
+
 class Architecture(Frozen):
     name: str
     debian: str
     docker: str
     qemu: str
+    cpuinfo_features: str
     default_backend: str
     torch_env: dict[str, str] = {}
+    runtime: Runtime = Runtime()
 
 
 class Distribution(Frozen):
@@ -37,6 +54,9 @@ class Distribution(Frozen):
     mirror: str
     python: str
     gcc: str
+    # What torch.compile (Inductor) needs at run time: a C++ compiler, the Python headers its
+    # generated code includes, and openssl (it hashes precompiled headers); "{python}" is `python`.
+    compile_packages: tuple[str, ...]
 
 
 class OpenBLASTuning(Frozen):
@@ -59,7 +79,7 @@ class NativeMatch(Frozen):
     implementer: str | None = None
     parts: tuple[str, ...] = ()
     x86_vendor: str | None = None
-    x86_flags: tuple[str, ...] = ()
+    features: bool = False  # recognised by having every one of the target's cpu_features
     machine_types: tuple[str, ...] = ()
 
 
@@ -73,6 +93,9 @@ class Target(Frozen):
     acl: ACLTuning | None = None
     zdnn: ZDNNTuning | None = None
     native: NativeMatch | None = None
+    # CPU features (as /proc/cpuinfo names them) that code built with `flag` may use: the final
+    # image refuses to start on a CPU that lacks one, instead of dying of SIGILL.
+    cpu_features: tuple[str, ...] = ()
 
     @field_validator("flag")
     @classmethod
@@ -91,6 +114,7 @@ class Backend(Frozen):
     wheel_markers: tuple[str, ...] = ()
     mkldnn: bool
     libraries: tuple[str, ...] = ()
+    runtime: Runtime = Runtime()
 
 
 class Pin(Frozen):

@@ -16,6 +16,7 @@ from torchstack.model import (
     Catalog,
     Component,
     Distribution,
+    RuntimeSetting,
     Source,
     Stage,
     Target,
@@ -39,6 +40,9 @@ IMAGE_PATH = f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 SOURCES_DIR = "/opt/torchstack/sources"
 CCACHE_DIR = "/ccache"
 BUILDERS = ("auto", "docker", "buildx")
+# The final image's runtime: "full" ships what torch.compile needs at run time (a C++ compiler,
+# the Python headers, openssl); "slim" leaves it out, for sites that forbid compilers.
+RUNTIMES = ("full", "slim")
 GIB_PER_TORCH_JOB = 3.0
 GIB_PER_JOB = 1.0
 
@@ -63,6 +67,7 @@ class Request:
     distribution: str | None = None
     base_image: str | None = None
     builder: str = "docker"  # docker | buildx; "auto" is resolved by the caller, who can ask the engine
+    runtime: str = "full"
     cpuinfo: str | None = None
     now: datetime | None = None
 
@@ -121,6 +126,7 @@ class Plan:
     base_image: str
     base_is_bootstrapped: bool
     builder: str
+    runtime: str
     torch_wheel: WheelSpec | None
     torch_wheel_file: Path | None
     components: tuple[ComponentPlan, ...]
@@ -144,8 +150,23 @@ class Plan:
 
     @property
     def runtime_packages(self) -> list[str]:
-        """Debian packages the final image needs for the components it ships."""
-        return sorted({p for c in self.components if c.needed_by == "runtime" for p in c.runtime_packages})
+        """Debian packages the final image needs: for the components it ships, for its runtime
+        settings, and (runtime "full") for torch.compile."""
+        packages = {p for c in self.components if c.needed_by == "runtime" for p in c.runtime_packages}
+        packages |= {*self.arch.runtime.packages, *self.backend.runtime.packages}
+        if self.runtime == "full":
+            packages |= {p.format(python=self.distribution.python) for p in self.distribution.compile_packages}
+        return sorted(packages)
+
+    @property
+    def runtime_settings(self) -> dict[str, RuntimeSetting]:
+        """The final image's environment settings: the architecture's, then the backend's."""
+        return {**self.arch.runtime.env, **self.backend.runtime.env}
+
+    @property
+    def runtime_env(self) -> dict[str, str]:
+        """What the final image sets by default (each one a user can turn off with -e VAR=)."""
+        return {name: s.value for name, s in self.runtime_settings.items() if s.default}
 
     @property
     def runtime_libdirs(self) -> list[str]:
@@ -185,6 +206,7 @@ class Plan:
                 "org.opencontainers.image.version": self.release_tag,
                 "io.torchstack.release": self.release,
                 "io.torchstack.torch.version": self.torch_version,
+                "io.torchstack.runtime": self.runtime,
             })  # fmt: skip
         else:
             labels["org.opencontainers.image.title"] = (
@@ -193,7 +215,7 @@ class Plan:
             info["components"] = {
                 name: c for name, c in info["components"].items() if self.component(name).stage in stage.upstream
             }
-            for key in ("release_tag", "release", "python_constraints"):
+            for key in ("release_tag", "release", "python_constraints", "runtime", "runtime_env", "cpu_features"):
                 del info[key]
             if "torch" not in info["components"]:
                 del info["torch_version"]
@@ -219,6 +241,11 @@ class Plan:
                 c.name: {"method": c.method, "version": c.version, "prefix": c.prefix} for c in self.components
             },
             "python_constraints": self.python_constraints,
+            "runtime": self.runtime,
+            "runtime_env": {
+                name: {"value": s.value, "default": s.default, "why": s.why} for name, s in self.runtime_settings.items()
+            },
+            "cpu_features": list(self.target.cpu_features),
         }
 
 
@@ -361,6 +388,8 @@ def _tag_variants(
         variants.append(tags.tag_safe(request.base_image.replace(":", "-").replace("/", "-")))
     elif request.distribution and request.distribution != catalog.default_distribution:
         variants.append(request.distribution)
+    if request.runtime != RUNTIMES[0]:
+        variants.append(request.runtime)
     variants += [f"{name}.{method}" for name, method in methods.items() if method != "source"]
     variants += [
         f"{name}-{tags.tag_safe(version)}"
@@ -522,6 +551,8 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
     methods = _methods(catalog, request, backend)
     if request.builder not in BUILDERS[1:]:
         raise _fail_choice("--builder", request.builder, list(BUILDERS[1:]))
+    if request.runtime not in RUNTIMES:
+        raise _fail_choice("--runtime", request.runtime, list(RUNTIMES))
     if request.torch_wheel and methods.get("torch") != "wheel":
         raise UsageProblem("--torch-wheel needs --torch-from wheel")
 
@@ -568,6 +599,7 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
         base_image=base_image,
         base_is_bootstrapped=request.base_image is None,
         builder=request.builder,
+        runtime=request.runtime,
         torch_wheel=wheel_spec,
         torch_wheel_file=wheel_file,
         components=components,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import shlex
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ TEMPLATES = ROOT / "templates"
 SCRIPTS = ROOT / "scripts"
 PATCHES = ROOT / "patches"
 EXAMPLES = ROOT / "examples"
+EXAMPLES_IN_IMAGE = "/opt/torchstack/examples"
 
 
 @dataclass(frozen=True)
@@ -101,10 +103,48 @@ def _render(plan: Plan, stage: StagePlan, secrets: BuildSecrets) -> str:
         secrets=_secret_uses(plan, secrets),
         runtime_packages=plan.runtime_packages,
         runtime_libdirs=plan.runtime_libdirs,
+        runtime_env=plan.runtime_env,
+        examples_dir=EXAMPLES_IN_IMAGE,
     )
     while "\n\n\n" in text:
         text = text.replace("\n\n\n", "\n\n")
     return text
+
+
+def banner(plan: Plan) -> str:
+    """What an interactive start of the final image says first (the entry point then lists the
+    runtime defaults with their values at that start)."""
+    compiles = (
+        "torch.compile works: the C++ compiler and Python headers it needs are in the image"
+        if plan.runtime == "full"
+        else "slim runtime: no C++ compiler, so torch.compile is refused; eager mode works"
+    )
+    lines = [
+        f"torchstack {plan.release_tag}",
+        f"PyTorch {plan.torch_version} on {plan.backend.name}, built for {plan.target.name} ({plan.arch.name}, {plan.target.flag})",
+        compiles,
+        f"examples: {EXAMPLES_IN_IMAGE} (see README.md there; each takes --benchmark)",
+    ]
+    off = {name: s for name, s in plan.runtime_settings.items() if not s.default}
+    for name, setting in off.items():
+        lines.append(f"available, off by default: -e {name}={setting.value}  ({setting.why})")
+    if plan.runtime_env:
+        lines.append("runtime defaults (turn one off with docker run -e VAR= ...):")
+    return "\n".join(lines)
+
+
+def entrypoint_conf(plan: Plan) -> str:
+    """The final image's entry point settings (scripts/entrypoint.sh), as shell assignments."""
+    values = {
+        "TORCHSTACK_TARGET": plan.target.name,
+        "TORCHSTACK_FLAG": plan.target.flag,
+        "TORCHSTACK_ARCH": plan.arch.name,
+        "TORCHSTACK_CPUINFO_FIELD": plan.arch.cpuinfo_features,
+        "TORCHSTACK_CPU_FEATURES": " ".join(plan.target.cpu_features),
+        "TORCHSTACK_DEFAULTS": " ".join(plan.runtime_env),
+        "TORCHSTACK_BANNER": banner(plan),
+    }
+    return "".join(f"{name}={shlex.quote(value)}\n" for name, value in values.items())
 
 
 def _place(src: Path, dest: Path) -> None:
@@ -156,7 +196,9 @@ def assemble_context(
             else:
                 missing.append(posixpath.basename(c.env["WHEEL"]))
     if stage.name == RELEASE_STAGE:
-        shutil.copytree(EXAMPLES, dest / "examples")
+        shutil.copytree(EXAMPLES, dest / "examples", ignore=shutil.ignore_patterns("__pycache__"))
+        _place(SCRIPTS / "entrypoint.sh", dest / "entrypoint.sh")
+        (dest / "entrypoint.conf").write_text(entrypoint_conf(plan))
         (dest / "constraints.txt").write_text("".join(f"{pin}\n" for pin in plan.python_constraints))
         (dest / "build-info.json").write_text(json.dumps(plan.build_info(), indent=2, sort_keys=True) + "\n")
     if plan.builder != "buildx":

@@ -1,4 +1,4 @@
-"""The image checks fail when they should: wrong backend, planted compiler and CA, a foreign image."""
+"""The image checks fail when they should: wrong backend, a planted build tool and CA, a foreign image."""
 
 from __future__ import annotations
 
@@ -26,21 +26,21 @@ def test_onednn_acl_checks_fail_on_an_x86_onednn_image(x86_build):
     assert "1 failed" in result.stdout.splitlines()[-1]
 
 
-def test_a_planted_compiler_and_ca_bundle_are_caught(client, x86_build, tmp_path):
+def test_a_planted_build_tool_and_ca_bundle_are_caught(client, x86_build, tmp_path):
     tools = next(s for s in x86_build["stages"] if s["stage"] == "tools")["image"]
     pem = "-----BEGIN CERTIFICATE-----" + CA_BUNDLE.read_text().split("-----BEGIN CERTIFICATE-----")[-1]
     (tmp_path / "proxy-ca.pem").write_text(pem)
     (tmp_path / "Dockerfile").write_text(
         f"FROM {x86_build['final_image']}\nUSER 0\n"
-        f"COPY --from={tools} /usr/bin/x86_64-linux-gnu-gcc-12 /usr/local/bin/gcc\n"
+        f"COPY --from={tools} /usr/bin/patch /usr/local/bin/patch\n"
         "COPY proxy-ca.pem /opt/venv/lib/proxy-ca.pem\nUSER 1000:1000\n"
     )
     image = build(client, tmp_path, "torchstack-test:planted")
     try:
         result = run_build_py("test", image)
         assert result.returncode == 1
-        assert "FAILED tests/image/final/test_final.py::test_no_compilers" in result.stdout
-        assert "compilers left in the final image: ['gcc']" in result.stdout
+        assert "FAILED tests/image/final/test_final.py::test_no_build_tools" in result.stdout
+        assert "build tools left in the final image: ['patch']" in result.stdout
         assert "FAILED tests/image/final/test_final.py::test_no_extra_ca_bundles" in result.stdout
         assert "/opt/venv/lib/proxy-ca.pem" in result.stdout
     finally:

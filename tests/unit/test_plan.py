@@ -235,3 +235,24 @@ def test_a_stage_image_is_labelled_only_with_what_it_depends_on(plan_for):
     assert json.loads(final["io.torchstack.build-info"]) == this.build_info()
     dev = json.loads(this.stage_labels(this.stage("dev"))["io.torchstack.build-info"])
     assert dev["torch_version"] == "2.13.0" and "release_tag" not in dev
+
+
+def test_the_full_runtime_ships_what_torch_compile_needs_and_slim_does_not(plan_for):
+    full = plan_for(backend="onednn", release="r26.11")
+    slim = plan_for(backend="onednn", release="r26.11", runtime="slim")
+    assert {"g++", "libpython3.11-dev", "openssl"} <= set(full.runtime_packages)
+    assert not {"g++", "libpython3.11-dev", "openssl"} & set(slim.runtime_packages)
+    assert "libtcmalloc-minimal4" in slim.runtime_packages  # the allocator is a runtime default either way
+    assert full.release_tag == "r26.11-torch-2.13.0-onednn" and slim.release_tag == "r26.11-torch-2.13.0-onednn-slim"
+    assert plan_for(backend="openblas", arch="s390x", distribution="trixie").runtime_packages.count("libpython3.13-dev") == 1
+    labels = slim.stage_labels(slim.stage("final"))
+    assert labels["io.torchstack.runtime"] == "slim" and json.loads(labels["io.torchstack.build-info"])["runtime"] == "slim"
+    assert "io.torchstack.runtime" not in slim.stage_labels(slim.stage("libs"))
+
+
+def test_runtime_defaults_are_data_and_documented_ones_stay_unset(plan_for):
+    arm = plan_for(backend="onednn-acl")
+    assert arm.runtime_env == {"LD_PRELOAD": "/usr/lib/aarch64-linux-gnu/libtcmalloc_minimal.so.4"}
+    documented = arm.build_info()["runtime_env"]["ONEDNN_DEFAULT_FPMATH_MODE"]
+    assert documented["default"] is False and documented["value"] == "BF16" and documented["why"]
+    assert plan_for(backend="zdnn").runtime_env == {}  # nothing measured or documented to help on IBM Z yet

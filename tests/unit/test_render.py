@@ -45,8 +45,8 @@ def rendered(catalog, tmp_path_factory):
     def plan_for(**fields):
         return make_plan(catalog, Request(now=NOW, **fields))
 
-    def both_builders(**fields):
-        return [plan_for(**fields), plan_for(builder="buildx", **fields)]
+    def both_builders(**fields):  # and both runtimes
+        return [plan_for(**fields), plan_for(builder="buildx", runtime="slim", **fields)]
 
     out = tmp_path_factory.mktemp("rendered")
     files = []
@@ -139,3 +139,18 @@ def test_context_holds_what_the_dockerfile_copies(plan_for, tmp_path):
 def test_render_reports_missing_sources(plan_for, tmp_path):
     plan = plan_for()
     assert assemble_context(plan, plan.stage("libs"), tmp_path / "libs", {}) == ["OpenBLAS-0.3.33.tar.gz"]
+
+
+def test_the_final_image_starts_through_the_cpu_guard_with_the_runtime_defaults(plan_for, tmp_path):
+    plan = plan_for(backend="onednn-acl", build_target="neoverse-v1", release="r26.11")
+    assemble_context(plan, plan.stage("final"), tmp_path, {})
+    conf = dict(line.split("=", 1) for line in (tmp_path / "entrypoint.conf").read_text().splitlines() if "=" in line and not line.startswith(" "))
+    assert conf["TORCHSTACK_CPU_FEATURES"] == "'atomics asimdrdm fphp asimdhp lrcpc dcpop asimddp sve bf16 i8mm'"
+    assert conf["TORCHSTACK_CPUINFO_FIELD"] == "Features" and conf["TORCHSTACK_DEFAULTS"] == "LD_PRELOAD"
+    banner = (tmp_path / "entrypoint.conf").read_text().split("TORCHSTACK_BANNER=", 1)[1]
+    assert "torchstack r26.11-torch-2.13.0-onednn-acl-neoverse-v1" in banner and "torch.compile works" in banner
+    assert "available, off by default: -e ONEDNN_DEFAULT_FPMATH_MODE=BF16" in banner
+    dockerfile = (tmp_path / "Dockerfile").read_text()
+    assert 'ENV LD_PRELOAD="/usr/lib/aarch64-linux-gnu/libtcmalloc_minimal.so.4"' in dockerfile
+    assert 'ENTRYPOINT ["/opt/torchstack/entrypoint.sh"]' in dockerfile
+    assert (tmp_path / "entrypoint.sh").stat().st_mode & 0o111, "the entry point must be executable"

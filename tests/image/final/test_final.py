@@ -4,14 +4,34 @@ import json
 import shlex
 import tarfile
 
+import docker
 import pytest
+import testinfra
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from torchstack.tags import tag_safe
 
-COMPILERS = ("gcc", "g++", "cc", "c++", "gfortran", "clang", "cpp", "as", "ld")
+# What torch.compile needs at run time ("full" runtime); a "slim" image ships none of it.
+COMPILERS = ("gcc", "g++", "cc", "c++", "cpp", "as", "ld")
+# What builds use and no final image may keep, whatever its runtime.
+BUILD_TOOLS = ("gfortran", "clang", "cmake", "ninja", "make", "ccache", "scons", "autoconf", "patch", "git")
+# A model through torch.compile (Inductor generates C++ and compiles it) against eager mode, and
+# the vector ISA Inductor picks for its kernels, as upstream's wheel smoke test checks.
+COMPILE = """
+import torch
+from torch._inductor import cpu_vec_isa
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 8)).eval()
+x = torch.randn(4, 64)
+with torch.no_grad():
+    torch.testing.assert_close(torch.compile(model)(x), model(x), rtol=1e-4, atol=1e-4)
+print(repr(cpu_vec_isa.pick_vec_isa()))
+"""
+EXAMPLES = "/opt/torchstack/examples"
+# OpenShift's restricted policy: a random user id, in group 0, with no passwd entry.
+ANY_USER = "123456:0"
 # A convolution, and a linear layer in oneDNN's layout (an inner product or matmul primitive).
 ONEDNN_WORK = """
 import torch
@@ -121,17 +141,41 @@ def test_what_torch_pulls_in_is_pinned(python, ours):
     assert pulled, "torch pulls in nothing: the image's metadata was not read"
 
 
-def test_no_compilers(host):
+def test_compilers_are_what_the_runtime_promises(host, ours):
     found = [name for name in COMPILERS if host.exists(name)]
-    cc1 = host.run("ls /usr/lib/gcc/*/*/cc1* 2>/dev/null").stdout.split()
-    assert not found and not cc1, f"compilers left in the final image: {found + cc1}"
+    if ours["runtime"] == "full":
+        assert {"g++", "gcc"} <= set(found), f"runtime full, but torch.compile's compiler is missing (found {found})"
+    else:
+        cc1 = host.run("ls /usr/lib/gcc/*/*/cc1* 2>/dev/null").stdout.split()
+        assert not found and not cc1, f"compilers left in a slim image: {found + cc1}"
+
+
+def test_no_build_tools(host):
+    found = [name for name in BUILD_TOOLS if host.exists(name)]
+    assert not found, f"build tools left in the final image: {found}"
+
+
+def test_torch_compile_compiles_a_model_that_matches_eager(user_host, ours):
+    result = user_host.run(f"python3 -c {shlex.quote(COMPILE)}")
+    if ours["runtime"] == "slim":
+        assert result.rc != 0 and "InvalidCxxCompiler" in result.stderr, (
+            f"a slim image should refuse torch.compile for want of a C++ compiler (exit {result.rc}):\n{result.stderr[-1500:]}"
+        )
+        return
+    assert result.rc == 0, f"torch.compile failed:\n{result.stderr[-2500:]}"
+    vec_isa = result.stdout.strip().splitlines()[-1]
+    assert vec_isa not in ("", "''"), f"Inductor found no vector ISA for its kernels ({vec_isa})"
+    print(f"torch.compile matches eager; Inductor's vector ISA: {vec_isa}")
 
 
 def test_no_headers_sources_or_wheels(host, labels):
+    """No build leftovers: our components' headers, sources, build trees, wheels. A "full" runtime
+    keeps the system headers (/usr/include) that torch.compile's C++ includes."""
     info = json.loads(labels.get("io.torchstack.build-info", "{}"))
-    prefixes = " ".join(c["prefix"] for c in info.get("components", {}).values() if c.get("prefix") not in (None, "/usr"))
+    prefixes = [c["prefix"] for c in info.get("components", {}).values() if c.get("prefix") not in (None, "/usr")]
+    folders = " ".join(["/usr/local/include", *prefixes] + ([] if info.get("runtime") == "full" else ["/usr/include"]))
     leftovers = host.run(
-        f"find /usr/include /usr/local/include {prefixes} -name '*.h' 2>/dev/null;"
+        f"find {folders} -name '*.h' 2>/dev/null;"
         "find / -xdev \\( -path /proc -o -path /sys \\) -prune -o "
         "\\( -name '*.whl' -o -name '*.tar.gz' -o -name '*.tar.xz' -o -path '/opt/torchstack/src' \\) -print"
     ).stdout.split()
@@ -174,12 +218,71 @@ class _Stream:
         return data
 
 
-def test_every_example_runs(user_host, ours):
-    examples = user_host.run("ls /opt/torchstack/examples/*.py").stdout.split()
-    assert examples, "no examples shipped in /opt/torchstack/examples"
+@pytest.fixture(scope="session")
+def any_user_host(image):
+    """A second container of the image, run as an arbitrary user id in group 0."""
+    started = docker.from_env().containers.run(
+        image, entrypoint=["sleep", "infinity"], user=ANY_USER, detach=True, network_mode="none"
+    )
+    yield testinfra.get_host(f"docker://{started.id}")
+    started.remove(force=True)
+
+
+def test_an_arbitrary_user_id_has_a_writable_home(any_user_host):
+    result = any_user_host.run('id -u && echo "$HOME" && touch "$HOME/.written" && rm "$HOME/.written"')
+    assert result.rc == 0, f"user {ANY_USER} cannot write its home: {result.stdout} {result.stderr}"
+    assert result.stdout.split() == [ANY_USER.split(":")[0], "/home/torchstack"], result.stdout
+
+
+def test_every_example_runs_as_an_arbitrary_user(any_user_host, ours):
+    examples = any_user_host.run(f"ls {EXAMPLES}/[!_]*.py").stdout.split()
+    assert len(examples) >= 7, f"expected the examples in {EXAMPLES}, found {examples}"
     for example in examples:
-        result = user_host.run(f"python3 {example}")
-        assert result.rc == 0, f"{example} failed:\n{result.stderr[-1500:]}"
+        result = any_user_host.run(f"cd {EXAMPLES} && python3 {example}")
+        if example.endswith("/compile.py") and ours["runtime"] == "slim":
+            assert result.rc == 3 and "needs a C++ compiler" in result.stderr, result.stderr[-1500:]
+            continue
+        assert result.rc == 0, f"{example} failed as user {ANY_USER}:\n{result.stderr[-1500:]}"
+        print(result.stdout.strip())
+
+
+def test_each_example_benchmarks_to_one_json_line(any_user_host):
+    result = any_user_host.run(f"cd {EXAMPLES} && python3 sdpa.py --benchmark --runs 2 --warmup 1")
+    assert result.rc == 0, result.stderr[-1500:]
+    report = json.loads(result.stdout)
+    assert report["example"] == "sdpa" and report["runs"] == 2 and report["median_s"] > 0, report
+
+
+def test_interactive_start_shows_the_banner_and_the_defaults(container, ours):
+    """On a pseudo-terminal (docker run -it) the entry point greets; the runtime defaults are listed."""
+    code, out = container.exec_run(["/opt/torchstack/entrypoint.sh", "true"], tty=True, stdin=True)
+    text = out.decode()
+    assert code == 0, text
+    assert f"torchstack {ours['release_tag']}" in text and EXAMPLES in text, text
+    for name, setting in ours["runtime_env"].items():
+        shown = f"{name}={setting['value']}" if setting["default"] else f"-e {name}={setting['value']}"
+        assert shown in text, f"the banner does not show {shown}:\n{text}"
+
+
+def test_a_non_interactive_run_prints_only_its_own_output(image):
+    """docker run IMAGE CMD: through the entry point (and its CPU check, which passes on this
+    host), nothing added to the output."""
+    out = docker.from_env().containers.run(image, ["python3", "-c", "print('only this')"], remove=True, stderr=True)
+    assert out.decode() == "only this\n", out
+
+
+def test_the_cpu_guard_refuses_a_cpu_that_lacks_a_required_feature(user_host, ours, catalog):
+    field = catalog.architectures[ours["arch"]].cpuinfo_features
+    required = ours["cpu_features"]
+    assert required, f"target {ours['target']} lists no cpu_features to guard"
+    simulated = f"{field}\t: {' '.join(required[:-1])} some-other-feature"
+    start = f"printf '%s\\n' {shlex.quote(simulated)} > /tmp/cpuinfo && TORCHSTACK_CPUINFO=/tmp/cpuinfo"
+    refused = user_host.run(f"{start} /opt/torchstack/entrypoint.sh python3 -c 'print(1)'")
+    assert refused.rc == 1 and refused.stdout == "", (refused.rc, refused.stdout)
+    assert f"this CPU lacks {required[-1]}" in refused.stderr and f"built for {ours['target']}" in refused.stderr, refused.stderr
+    assert refused.stderr.count("\n") == 1, refused.stderr
+    skipped = user_host.run(f"{start} TORCHSTACK_SKIP_CPU_CHECK=1 /opt/torchstack/entrypoint.sh python3 -c 'print(1)'")
+    assert skipped.rc == 0 and skipped.stdout == "1\n", skipped.stderr
 
 
 def test_image_size_is_within_budget(image_attrs, catalog, ours, stage):
