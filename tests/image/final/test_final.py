@@ -232,6 +232,9 @@ def test_an_arbitrary_user_id_has_a_writable_home(any_user_host):
     result = any_user_host.run('id -u && echo "$HOME" && touch "$HOME/.written" && rm "$HOME/.written"')
     assert result.rc == 0, f"user {ANY_USER} cannot write its home: {result.stdout} {result.stderr}"
     assert result.stdout.split() == [ANY_USER.split(":")[0], "/home/torchstack"], result.stdout
+    # What torch.compile names its cache after, and many tools call: it must not need a passwd entry.
+    named = any_user_host.run("python3 -c 'import getpass; print(getpass.getuser())'")
+    assert named.rc == 0, f"getpass.getuser() fails for user {ANY_USER}:\n{named.stderr[-800:]}"
 
 
 def test_every_example_runs_as_an_arbitrary_user(any_user_host, ours):
