@@ -39,17 +39,18 @@ if ! mountpoint -q /proc/sys/fs/binfmt_misc; then
     say "mounting binfmt_misc"
     mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
 fi
-host_qemu=$(uname -m)
+foreign=()
 for qemu in aarch64 s390x x86_64; do
-    [[ $qemu == "$host_qemu" ]] && continue
+    [[ $qemu == "$(uname -m)" ]] || foreign+=("$qemu")
+done
+for qemu in "${foreign[@]}"; do
     if ! grep -qx enabled "/proc/sys/fs/binfmt_misc/qemu-$qemu" 2> /dev/null; then
         say "registering qemu binfmt handlers (qemu-$qemu was not enabled)"
         update-binfmts --enable
         break
     fi
 done
-for qemu in aarch64 s390x x86_64; do
-    [[ $qemu == "$host_qemu" ]] && continue
+for qemu in "${foreign[@]}"; do
     grep -q '^flags: .*F' "/proc/sys/fs/binfmt_misc/qemu-$qemu" \
         || { echo "setup-host: qemu-$qemu is not registered with flag F; see update-binfmts --display qemu-$qemu" >&2; exit 1; }
 done
