@@ -125,9 +125,11 @@ def banner(plan: Plan) -> str:
         compiles,
         f"examples: {EXAMPLES_IN_IMAGE} (see README.md there; each takes --benchmark)",
     ]
-    off = {name: s for name, s in plan.runtime_settings.items() if not s.default}
-    for name, setting in off.items():
-        lines.append(f"available, off by default: -e {name}={setting.value}  ({setting.why})")
+    lines += [
+        f"available, off by default: -e {name}={setting.value}  ({setting.why})"
+        for name, setting in plan.runtime_settings.items()
+        if not setting.default
+    ]
     if plan.runtime_env:
         lines.append("runtime defaults (turn one off with docker run -e VAR= ...):")
     return "\n".join(lines)

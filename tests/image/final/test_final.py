@@ -11,6 +11,7 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from torchstack.render import EXAMPLES_IN_IMAGE as EXAMPLES
 from torchstack.tags import tag_safe
 
 # What torch.compile needs at run time ("full" runtime); a "slim" image ships none of it.
@@ -29,7 +30,6 @@ with torch.no_grad():
     torch.testing.assert_close(torch.compile(model)(x), model(x), rtol=1e-4, atol=1e-4)
 print(repr(cpu_vec_isa.pick_vec_isa()))
 """
-EXAMPLES = "/opt/torchstack/examples"
 # OpenShift's restricted policy: a random user id, in group 0, with no passwd entry.
 ANY_USER = "123456:0"
 # A convolution, and a linear layer in oneDNN's layout (an inner product or matmul primitive).
