@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 
 
-def options(description: str, batch: int = 1, **defaults: int) -> argparse.Namespace:
+def options(description: str, batch: int = 1, **defaults: int | str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--benchmark", action="store_true",
                         help="time the workload (warm-up, several runs, median) and print one JSON line")
@@ -21,7 +21,7 @@ def options(description: str, batch: int = 1, **defaults: int) -> argparse.Names
     parser.add_argument("--runs", type=int, default=10, help="timed runs in --benchmark mode (default 10)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed runs first (default 3)")
     for name, value in defaults.items():
-        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=value, help=f"(default {value})")
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value, help=f"(default {value!r})")
     return parser.parse_args()
 
 

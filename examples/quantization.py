@@ -1,6 +1,6 @@
 """int8 dynamic quantization of a Linear-heavy model: smaller weights, results close to float.
 
-    python3 quantization.py [--batch 8] [--benchmark]
+    python3 quantization.py [--batch 8] [--engine qnnpack] [--benchmark]
 
 Dynamic quantization stores Linear weights as int8 and quantizes activations on the fly. It needs
 a quantized engine in the torch build (x86, fbgemm, onednn or qnnpack); a build without one says so.
@@ -24,17 +24,23 @@ def size_mib(model: nn.Module) -> float:
 
 
 def main() -> None:
-    args = options(__doc__.splitlines()[0], width=1024)
+    args = options(__doc__.splitlines()[0], width=1024, engine="")
     engines = [e for e in torch.backends.quantized.supported_engines if e != "none"]
     if not engines:
         print("quantization: this torch build has no quantized engine; nothing to run", file=sys.stderr)
         return
+    if args.engine:  # default: the one torch picks for this CPU
+        if args.engine not in engines:
+            sys.exit(f"quantization: --engine {args.engine}: this torch build has {', '.join(engines)}")
+        torch.backends.quantized.engine = args.engine
     torch.manual_seed(0)
     width = args.width
     model = nn.Sequential(nn.Linear(width, 4 * width), nn.ReLU(), nn.Linear(4 * width, width), nn.ReLU(),
                           nn.Linear(width, 10)).eval()  # fmt: skip
-    with warnings.catch_warnings():  # torch.ao.quantization is deprecated for torchao, which builds on the same kernels
+    # torch.ao.quantization and quantized dtypes are deprecated for torchao, which builds on the same kernels.
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", UserWarning)
         quantized = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
     x = torch.randn(args.batch, width)
     with torch.inference_mode():
