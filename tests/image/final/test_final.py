@@ -252,7 +252,7 @@ def test_every_example_runs_as_an_arbitrary_user(any_user_host, ours):
         if args:
             print(f"{name} {args}: under qemu emulation (see UNDER_EMULATION)")
         result = any_user_host.run(f"cd {EXAMPLES} && python3 {example} {args}")
-        if example.endswith("/compile.py") and ours["runtime"] == "slim":
+        if name == "compile.py" and ours["runtime"] == "slim":
             assert result.rc == 3 and "needs a C++ compiler" in result.stderr, result.stderr[-1500:]
             continue
         assert result.rc == 0, f"{example} failed as user {ANY_USER}:\n{result.stderr[-1500:]}"
