@@ -119,3 +119,26 @@ def test_ctrl_c_leaves_no_tag_and_the_next_run_resumes_from_cache(client, repo_c
     after_marker = log.split(marker, 1)[1]
     assert cache_hit in "\n".join(after_marker.lstrip().splitlines()[:2]), after_marker[:300]
     assert f"torchstack-libs:{unique_tag}" in {t for image in client.images.list() for t in image.tags}
+
+
+def test_the_slim_runtime_ships_no_compiler_and_its_checks_expect_torch_compile_refused(client, x86_build, tmp_path):
+    """--runtime slim: the same chain, a final image without the toolchain. Its checks pass only if
+    torch.compile is refused with InvalidCxxCompiler and no compiler is left."""
+    summary = tmp_path / "slim.json"
+    result = run_build_py(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--runtime", "slim", "--json", str(summary))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    built = json.loads(summary.read_text())
+    try:
+        assert built["final_image"] == x86_build["final_image"].replace("-onednn-", "-onednn-slim-")
+        assert "failed" not in built["checks"] and "passed" in built["checks"], built["checks"]
+        statuses = {s["stage"]: s["status"] for s in built["stages"]}
+        # Only the final stage differs: the chain the x86 build made is reused as it is.
+        assert [statuses[stage] for stage in ("base", "libs", "tools", "dev")] == ["cached"] * 4, statuses
+        image = client.images.get(built["final_image"])
+        assert image.labels["io.torchstack.runtime"] == "slim"
+        full_size = client.images.get(x86_build["final_image"]).attrs["Size"]
+        print(f"final image {full_size / 2**20:,.0f} MiB, slim {image.attrs['Size'] / 2**20:,.0f} MiB: "
+              f"torch.compile's toolchain is {(full_size - image.attrs['Size']) / 2**20:,.0f} MiB")
+        assert image.attrs["Size"] < full_size
+    finally:
+        untag(client, "-slim-")
