@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Build the Arm Compute Library with scons and install its tree into PREFIX (ACL_ROOT_DIR).
-# Inputs: SOURCE VERSION PATCHES PREFIX ACL_SCONS_FLAGS.
+# Inputs: SOURCE VERSION PATCHES TREE PREFIX ACL_SCONS_FLAGS.
 set -euo pipefail
 
-: "${SOURCE:?}" "${VERSION:?}" "${PATCHES:?}" "${PREFIX:?}" "${ACL_SCONS_FLAGS:?}"
+: "${SOURCE:?}" "${VERSION:?}" "${PATCHES:?}" "${TREE:?}" "${PREFIX:?}" "${ACL_SCONS_FLAGS:?}"
 read -r -a scons_flags <<< "$ACL_SCONS_FLAGS"
 echo "torchstack: building Arm Compute Library $VERSION with ${scons_flags[*]} into $PREFIX"
 
-tree=/tmp/torchstack-src/acl
+tree=$TREE
 "$(dirname "$0")/prepare-source.sh" acl "$VERSION" "$SOURCE" "$tree" "$PATCHES"
 (cd "$tree" && scons "${scons_flags[@]}")
 mkdir -p "$PREFIX"

@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
 # Build numpy from its pinned source distribution against the image's OpenBLAS, into VENV.
-# Inputs: SOURCE VERSION PATCHES VENV JOBS CFLAGS CXXFLAGS PKG_CONFIG_PATH NUMPY_SETUP_ARGS
+# Inputs: SOURCE VERSION PATCHES TREE VENV JOBS CFLAGS CXXFLAGS PKG_CONFIG_PATH NUMPY_SETUP_ARGS
 #         BUILD_REQUIREMENTS (pinned meson-python, meson, ninja, cython).
 set -euo pipefail
 
-: "${SOURCE:?}" "${VERSION:?}" "${PATCHES:?}" "${VENV:?}" "${JOBS:?}" "${CFLAGS:?}" "${NUMPY_SETUP_ARGS:?}"
+: "${SOURCE:?}" "${VERSION:?}" "${PATCHES:?}" "${TREE:?}" "${VENV:?}" "${JOBS:?}" "${CFLAGS:?}" "${NUMPY_SETUP_ARGS:?}"
 : "${BUILD_REQUIREMENTS:?}" "${PKG_CONFIG_PATH?}"
 read -r -a requirements <<< "$BUILD_REQUIREMENTS"
 read -r -a setup_args <<< "$NUMPY_SETUP_ARGS"
 echo "torchstack: building numpy $VERSION with CFLAGS='$CFLAGS' and ${setup_args[*]}"
 
-tree=/tmp/torchstack-src/numpy
+tree=$TREE
 "$(dirname "$0")/prepare-source.sh" numpy "$VERSION" "$SOURCE" "$tree" "$PATCHES"
 "$VENV/bin/pip" install --no-cache-dir "${requirements[@]}"
 config=(--config-settings=compile-args=-j"$JOBS" --config-settings=build-dir=/tmp/torchstack-build/numpy)
 for arg in "${setup_args[@]}"; do
     config+=(--config-settings=setup-args="$arg")
 done
-"$VENV/bin/pip" install --no-cache-dir --no-build-isolation "${config[@]}" "$tree"
+"$VENV/bin/pip" install --no-cache-dir --no-build-isolation --check-build-dependencies "${config[@]}" "$tree"
 "$VENV/bin/pip" uninstall --yes "${requirements[@]%%==*}"
 rm -rf "$tree" /tmp/torchstack-build/numpy

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Build IBM zDNN (s390x only) with autoconf and install it into PREFIX.
-# Inputs: SOURCE VERSION PATCHES PREFIX JOBS ZDNN_CFLAGS (appended after zDNN's own -march=z14,
+# Inputs: SOURCE VERSION PATCHES TREE PREFIX JOBS ZDNN_CFLAGS (appended after zDNN's own -march=z14,
 # so the target's -march wins).
 set -euo pipefail
 
-: "${SOURCE:?}" "${VERSION:?}" "${PATCHES:?}" "${PREFIX:?}" "${JOBS:?}" "${ZDNN_CFLAGS:?}"
+: "${SOURCE:?}" "${VERSION:?}" "${PATCHES:?}" "${TREE:?}" "${PREFIX:?}" "${JOBS:?}" "${ZDNN_CFLAGS:?}"
 echo "torchstack: building zDNN $VERSION with $ZDNN_CFLAGS into $PREFIX"
 
-tree=/tmp/torchstack-src/zdnn
+tree=$TREE
 "$(dirname "$0")/prepare-source.sh" zdnn "$VERSION" "$SOURCE" "$tree" "$PATCHES"
 cd "$tree"
 autoreconf .

@@ -5,7 +5,7 @@
 # the build: /opt/torchstack/entrypoint.conf. Runs in the image, not on the build host.
 set -eu
 # shellcheck source=/dev/null
-. /opt/torchstack/entrypoint.conf
+. "$(dirname "$(readlink -f "$0")")/entrypoint.conf"
 
 # The required features the CPU description lacks. A description without the field this
 # architecture lists its features in (an emulated CPU shows the host's) proves nothing: none.

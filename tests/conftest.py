@@ -5,7 +5,8 @@ from datetime import datetime, timezone
 import pytest
 
 from torchstack.model import load_catalog
-from torchstack.plan import Request, make_plan
+from torchstack.plan import Request
+from torchstack.planner import make_plan
 
 NOW = datetime(2026, 11, 21, tzinfo=timezone.utc)
 

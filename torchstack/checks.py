@@ -1,4 +1,4 @@
-"""Image checks: which of the testinfra checks under tests/image/ apply to an image, and running them."""
+"""Running the testinfra checks under tests/image/ that apply to an image."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The command line: build (the default), plan, render, list, fetch, bootstrap and test."""
+"""The command line, from arguments to exit status: build (the default), plan, render, list, fetch, bootstrap, test."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ import docker.errors
 from torchstack import __version__
 from torchstack.errors import DataError, ToolkitError
 from torchstack.model import Catalog, load_catalog
-from torchstack.plan import BUILD_TYPES, BUILDERS, RUNTIMES, Plan, Request, env_line, make_plan
+from torchstack.plan import Plan, Request
+from torchstack.planner import env_line, make_plan
+from torchstack.selection import BUILD_TYPES, BUILDERS, RUNTIMES
 from torchstack.wheels import pip_index_settings
 
 
@@ -113,7 +115,7 @@ def format_plan(plan: Plan) -> str:
         f"jobs          {plan.jobs} (PyTorch MAX_JOBS {plan.torch_jobs})",
         f"builder       {plan.builder}" + (" (BuildKit: ccache cache mount, CA as a secret)" if plan.builder == "buildx" else ""),
         f"runtime       {plan.runtime}: " + ("with" if plan.runtime == "full" else "without")
-        + " what torch.compile needs; " + (env_line(plan.runtime_env) or "no environment defaults"),
+        + " what torch.compile needs; " + (env_line(plan.payload.env) or "no environment defaults"),
         f"base image    {plan.base_image}" + (" (bootstrapped from the Debian archive if absent)" if plan.base_is_bootstrapped else ""),
         "components",
     ]

@@ -1,4 +1,4 @@
-"""The Docker engine: connecting, streaming one image build, and what came out of it."""
+"""The Docker engine as builds use it: one streamed image build at a time, with its outcome."""
 
 from __future__ import annotations
 

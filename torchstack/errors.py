@@ -1,4 +1,4 @@
-"""The errors the command turns into one line on stderr and an exit status."""
+"""The errors the command turns into one line on stderr with an exit status."""
 
 
 class ToolkitError(Exception):

@@ -1,4 +1,4 @@
-"""What the build host is: its architecture, its CPU (for `native`), its cores and memory."""
+"""What the build host is: its architecture, CPU (for `native`), cores, memory."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""The data model: stages, architectures, targets, backends and components, loaded once and validated."""
+"""The catalog's data model: stages, architectures, targets, backends, components, loaded once, cross-checked."""
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from pathlib import Path
 from typing import Annotated, Literal
@@ -142,12 +143,28 @@ class Alternative(Frozen):
     runtime_packages: tuple[str, ...] = ()
 
 
+# A file pattern under a component's prefix: a folder and a file-name glob (lib/libopenblas*.so*).
+ShippedPattern = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*/[A-Za-z0-9_.+*?-]+$")]
+
+
 class Component(Frozen):
     name: str
     stage: str
-    needed_by: Literal["runtime", "torch-build"]
+    # "always": part of every image of a backend that lists it; "torch-from-source": built only
+    # when torch is compiled (a prebuilt torch wheel carries its own copy).
+    needed_when: Literal["always", "torch-from-source"] = "always"
     prefix: str | None = None
-    libdir: str = "lib"
+    # When compiled: the shared libraries the final image ships, as patterns under `prefix`.
+    # The final stage copies exactly these, the loader's path gets their folders, and the image
+    # checks require every one to resolve.
+    ships: tuple[ShippedPattern, ...] = ()
+    # What the other components' builds are told about this one (torch's OpenBLAS_HOME,
+    # ACL_ROOT_DIR, numpy's PKG_CONFIG_PATH), with {prefix} the prefix of the way it was obtained.
+    exports: dict[str, str] = {}
+    uses: tuple[str, ...] = ()  # the components whose exports its build reads, when the build has them
+    # The part of a build target this component is tuned by (targets.yaml: openblas, acl, zdnn);
+    # a target without it cannot have this component compiled for it.
+    tuning: Literal["openblas", "acl", "zdnn"] | None = None
     script: str
     build_packages: tuple[str, ...] = ()
     runtime_packages: tuple[str, ...] = ()
@@ -163,6 +180,12 @@ class Component(Frozen):
     @property
     def methods(self) -> tuple[str, ...]:
         return ("source", *self.alternatives)
+
+    @model_validator(mode="after")
+    def _ships_need_prefix(self) -> Component:
+        if self.ships and not self.prefix:
+            raise ValueError("ships needs a prefix (the patterns are under it)")
+        return self
 
     @property
     def default_version(self) -> str:
@@ -227,8 +250,15 @@ class Catalog(Frozen):
             problems += [
                 f"backend {backend.name}: unknown component {c!r}" for c in backend.components if c not in self.components
             ]
+            shipped = [p.rsplit("/", 1)[1] for c in backend.components if c in self.components for p in self.components[c].ships]
+            problems += [
+                f"backend {backend.name}: library {lib} is in libraries but no component of it ships it (ships:)"
+                for lib in backend.libraries
+                if not any(fnmatch.fnmatchcase(f"{lib}.so", pattern) for pattern in shipped)
+            ]
         stage_names = [s.name for s in self.stages]
         for component in self.components.values():
+            problems += [f"component {component.name}: uses unknown {u!r}" for u in component.uses if u not in self.components]
             if component.stage not in stage_names:
                 problems.append(f"component {component.name}: unknown stage {component.stage!r}")
         for i, stage in enumerate(self.stages):

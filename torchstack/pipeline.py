@@ -1,4 +1,4 @@
-"""A whole build: sources, base image, each stage in order, checks, and only then the release tag."""
+"""A whole build, from its sources to the release tag, given only after the checks pass."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ from pathlib import Path
 from torchstack import bootstrap, checks, engine, prerequisites, sources
 from torchstack.errors import ChecksFailed, ToolkitError
 from torchstack.model import Catalog
-from torchstack.plan import RELEASE_STAGE, Plan, Request, make_plan
+from torchstack.metadata import stage_labels
+from torchstack.plan import RELEASE_STAGE, Plan, Request
+from torchstack.planner import make_plan
 from torchstack.progress import BuildView, StageReport, summary_table, write_json
 from torchstack.render import BuildSecrets, assemble_context
 from torchstack.wheels import download_from_index, pip_conf_text
@@ -81,7 +83,7 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
         for stage, report in zip(plan.stages, reports, strict=True):
             assemble_context(plan, stage, contexts / stage.name, source_files, secrets)
             progress = view.start(report)
-            labels = plan.stage_labels(stage)
+            labels = stage_labels(plan, stage)
             log = functools.partial(view.line, stage.name)
             try:
                 if plan.builder == "buildx":

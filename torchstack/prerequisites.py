@@ -1,4 +1,4 @@
-"""What this build host must have installed for a plan, and one line naming whatever it lacks."""
+"""What this build host must have installed for a plan, with one line naming whatever it lacks."""
 
 from __future__ import annotations
 

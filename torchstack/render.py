@@ -1,4 +1,4 @@
-"""Rendering: each stage's Dockerfile from its Jinja template, and the build context around it."""
+"""Each stage's build context: its Dockerfile, rendered from a Jinja template, with the files it copies."""
 
 from __future__ import annotations
 
@@ -13,24 +13,17 @@ from typing import ClassVar
 
 import jinja2
 
+from torchstack import layout
 from torchstack.errors import ToolkitError
+from torchstack.metadata import build_info
 from torchstack.model import ROOT
-from torchstack.plan import CCACHE_DIR, IMAGE_PATH, RELEASE_STAGE, SOURCES_DIR, VENV, Plan, StagePlan, env_line
+from torchstack.plan import RELEASE_STAGE, Plan, StagePlan
+from torchstack.planner import env_line
 
 TEMPLATES = ROOT / "templates"
 SCRIPTS = ROOT / "scripts"
 PATCHES = ROOT / "patches"
 EXAMPLES = ROOT / "examples"
-EXAMPLES_IN_IMAGE = "/opt/torchstack/examples"
-
-
-@dataclass(frozen=True)
-class User:
-    name: str = "torchstack"
-    uid: int = 1000
-
-
-USER = User()
 
 
 @dataclass(frozen=True)
@@ -94,17 +87,10 @@ def _render(plan: Plan, stage: StagePlan, secrets: BuildSecrets) -> str:
     text = _ENV.get_template(stage.template).render(
         plan=plan,
         stage=stage,
-        venv=VENV,
-        sources_dir=SOURCES_DIR,
-        image_path=IMAGE_PATH,
-        ccache_dir=CCACHE_DIR,
+        layout=layout,
         buildkit=plan.builder == "buildx",
-        user=USER,
         secrets=_secret_uses(plan, secrets),
-        runtime_packages=plan.runtime_packages,
-        runtime_libdirs=plan.runtime_libdirs,
-        runtime_env=plan.runtime_env,
-        examples_dir=EXAMPLES_IN_IMAGE,
+        payload=plan.payload,
     )
     while "\n\n\n" in text:
         text = text.replace("\n\n\n", "\n\n")
@@ -123,14 +109,14 @@ def banner(plan: Plan) -> str:
         f"torchstack {plan.release_tag}",
         f"PyTorch {plan.torch_version} on {plan.backend.name}, built for {plan.target.name} ({plan.arch.name}, {plan.target.flag})",
         compiles,
-        f"examples: {EXAMPLES_IN_IMAGE} (see README.md there; each takes --benchmark)",
+        f"examples: {layout.EXAMPLES_DIR} (see README.md there; each takes --benchmark)",
     ]
     lines += [
         f"available, off by default: -e {name}={setting.value}  ({setting.why})"
-        for name, setting in plan.runtime_settings.items()
+        for name, setting in plan.payload.settings.items()
         if not setting.default
     ]
-    if plan.runtime_env:
+    if plan.payload.env:
         lines.append("runtime defaults (turn one off with docker run -e VAR= ...):")
     return "\n".join(lines)
 
@@ -143,7 +129,7 @@ def entrypoint_conf(plan: Plan) -> str:
         "TORCHSTACK_ARCH": plan.arch.name,
         "TORCHSTACK_CPUINFO_FIELD": plan.arch.cpuinfo_features,
         "TORCHSTACK_CPU_FEATURES": " ".join(plan.target.cpu_features),
-        "TORCHSTACK_DEFAULTS": " ".join(plan.runtime_env),
+        "TORCHSTACK_DEFAULTS": " ".join(plan.payload.env),
         "TORCHSTACK_BANNER": banner(plan),
     }
     return "".join(f"{name}={shlex.quote(value)}\n" for name, value in values.items())
@@ -201,8 +187,8 @@ def assemble_context(
         shutil.copytree(EXAMPLES, dest / "examples", ignore=shutil.ignore_patterns("__pycache__"))
         _place(SCRIPTS / "entrypoint.sh", dest / "entrypoint.sh")
         (dest / "entrypoint.conf").write_text(entrypoint_conf(plan))
-        (dest / "constraints.txt").write_text("".join(f"{pin}\n" for pin in plan.python_constraints))
-        (dest / "build-info.json").write_text(json.dumps(plan.build_info(), indent=2, sort_keys=True) + "\n")
+        (dest / "constraints.txt").write_text("".join(f"{pin}\n" for pin in plan.payload.python_constraints))
+        (dest / "build-info.json").write_text(json.dumps(build_info(plan), indent=2, sort_keys=True) + "\n")
     if plan.builder != "buildx":
         for key, path in secrets.files().items():
             name = BuildSecrets.PLACES[key][0]

@@ -1,4 +1,4 @@
-"""Pinned sources: fetched on the host (upstream or a mirror), verified, and cached."""
+"""Pinned sources: fetched on the host (upstream or a mirror), verified, cached."""
 
 from __future__ import annotations
 

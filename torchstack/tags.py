@@ -1,4 +1,4 @@
-"""Image names and tags: the release tag and what sets two builds apart in it."""
+"""Image names: the release tag, with what sets two builds apart in it."""
 
 from __future__ import annotations
 

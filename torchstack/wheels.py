@@ -1,4 +1,4 @@
-"""Prebuilt torch wheels: where one comes from, what it is built for and what it contains."""
+"""Prebuilt torch wheels: where one comes from, what it is built for, what it contains."""
 
 from __future__ import annotations
 
@@ -118,21 +118,12 @@ def torch_version_of(path: Path) -> str:
     return match[1] if match else WheelName.parse(path.name).version
 
 
-def refuse_backend_without_wheels(backend: str, markers: tuple[str, ...]) -> None:
-    if not markers:
-        raise UsageProblem(
-            f"backend {backend} needs torch built from source (--torch-from source): "
-            "no prebuilt wheel is known to be built that way"
-        )
-
-
 def check_contents(path: Path, backend: str, markers: tuple[str, ...], excludes: tuple[str, ...]) -> None:
     """Refuse a wheel whose contents would make the tag a lie.
 
     Every marker must start the name of a file in the wheel (e.g. libarm_compute: ACL is
     inside); no exclude may (e.g. libtorch_cuda: a CUDA build, which needs the CUDA toolkit).
     """
-    refuse_backend_without_wheels(backend, markers)
     basenames = {name.rsplit("/", 1)[-1] for name in zipfile.ZipFile(path).namelist()}
     missing = [m for m in markers if not any(n.startswith(m) for n in basenames)]
     if missing:

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from torchstack.errors import UsageProblem
+from torchstack.metadata import build_info, stage_labels
 
 PIN = {"openblas": "0.3.33", "acl": "52.8.0", "zdnn": "1.0.1", "numpy": "2.3.5", "torch": "2.13.0"}
 
@@ -19,8 +20,9 @@ def test_openblas_on_neoverse_v1(plan_for):
         "SOURCE": "/opt/torchstack/sources/OpenBLAS-0.3.33.tar.gz",
         "VERSION": "0.3.33",
         "PATCHES": "/opt/torchstack/patches/openblas",
+        "TREE": "/tmp/torchstack-src/openblas",
         "PREFIX": "/opt/openblas",
-        "OPENBLAS_MAKE_FLAGS": "TARGET=NEOVERSEV1 USE_OPENMP=1 NUM_THREADS=256 NO_STATIC=1 COMMON_OPT=-O2 BUILD_BFLOAT16=1",
+        "OPENBLAS_MAKE_FLAGS": "TARGET=NEOVERSEV1 USE_OPENMP=1 NUM_THREADS=256 NO_STATIC=1 COMMON_OPT=-O2 BUILD_BFLOAT16=1 CROSS=1",
         "JOBS": "8",
     }
 
@@ -31,6 +33,7 @@ def test_acl_on_neoverse_v1(plan_for):
         "SOURCE": "/opt/torchstack/sources/ComputeLibrary-52.8.0.tar.gz",
         "VERSION": "52.8.0",
         "PATCHES": "/opt/torchstack/patches/acl",
+        "TREE": "/tmp/torchstack-src/acl",
         "PREFIX": "/opt/acl",
         "ACL_SCONS_FLAGS": "Werror=0 debug=0 neon=1 opencl=0 embed_kernels=0 os=linux arch=armv8.2-a build=native "
         "multi_isa=1 fixed_format_kernels=1 openmp=1 cppthreads=0 -j8",
@@ -43,6 +46,7 @@ def test_torch_on_neoverse_v1_with_acl(plan_for):
         "SOURCE": "/opt/torchstack/sources/pytorch-v2.13.0.tar.gz",
         "VERSION": "2.13.0",
         "PATCHES": "/opt/torchstack/patches/torch",
+        "TREE": "/tmp/torchstack-src/torch",
         "CMAKE_BUILD_TYPE": "Release",
         "USE_CUDA": "0",
         "USE_ROCM": "0",
@@ -53,21 +57,26 @@ def test_torch_on_neoverse_v1_with_acl(plan_for):
         "USE_NUMA": "0",
         "USE_OPENMP": "1",
         "USE_LAPACK": "1",
+        "CMAKE_POLICY_VERSION_MINIMUM": "3.5",
         "CMAKE_SHARED_LINKER_FLAGS": "-Wl,-z,max-page-size=0x10000",
         "BLAS": "OpenBLAS",
         "USE_MKLDNN": "1",
         "USE_MKLDNN_ACL": "1",
         "USE_FBGEMM": "0",
+        "OpenBLAS_HOME": "/opt/openblas",
+        "PKG_CONFIG_PATH": "/opt/openblas/lib/pkgconfig",
+        "ACL_ROOT_DIR": "/opt/acl",
         "MAX_JOBS": "8",
         "PYTORCH_BUILD_VERSION": "2.13.0",
         "PYTORCH_BUILD_NUMBER": "1",
-        "OpenBLAS_HOME": "/opt/openblas",
         "CFLAGS": "-O2 -mcpu=neoverse-v1",
         "CXXFLAGS": "-O2 -mcpu=neoverse-v1",
         "BUILD_REQUIREMENTS": "setuptools==80.9.0 wheel==0.45.1 packaging==25.0 pyyaml==6.0.3 requests==2.32.5 "
         "six==1.17.0 typing-extensions==4.15.0 ninja==1.13.0 cmake==4.1.2",
         "VENV": "/opt/venv",
-        "ACL_ROOT_DIR": "/opt/acl",
+        "WHEELS": "/opt/torchstack/wheels",
+        "KEEP_SOURCE": "/opt/torchstack/src/pytorch",
+        "USE_CCACHE": "0",
     }
 
 
@@ -77,11 +86,12 @@ def test_zdnn_on_z16(plan_for):
         "SOURCE": "/opt/torchstack/sources/zDNN-1.0.1.tar.gz",
         "VERSION": "1.0.1",
         "PATCHES": "/opt/torchstack/patches/zdnn",
+        "TREE": "/tmp/torchstack-src/zdnn",
         "PREFIX": "/opt/zdnn",
         "ZDNN_CFLAGS": "-O3 -march=arch14 -mzvector",
         "JOBS": "4",
     }
-    assert env_of(plan, "openblas")["OPENBLAS_MAKE_FLAGS"] == "TARGET=Z14 USE_OPENMP=1 NUM_THREADS=256 NO_STATIC=1 COMMON_OPT=-O2"
+    assert env_of(plan, "openblas")["OPENBLAS_MAKE_FLAGS"] == "TARGET=Z14 USE_OPENMP=1 NUM_THREADS=256 NO_STATIC=1 COMMON_OPT=-O2 BUILD_BFLOAT16=1 CROSS=1"
     torch = env_of(plan, "torch")
     assert (torch["USE_MKLDNN"], torch["USE_XNNPACK"], torch["CFLAGS"]) == ("0", "0", "-O2 -march=arch14")
 
@@ -92,9 +102,11 @@ def test_numpy_against_our_openblas_on_x86_64_v3(plan_for):
         "SOURCE": "/opt/torchstack/sources/numpy-2.3.5.tar.gz",
         "VERSION": "2.3.5",
         "PATCHES": "/opt/torchstack/patches/numpy",
+        "TREE": "/tmp/torchstack-src/numpy",
         "CFLAGS": "-O2 -march=x86-64-v3",
         "CXXFLAGS": "-O2 -march=x86-64-v3",
         "PKG_CONFIG_PATH": "/opt/openblas/lib/pkgconfig",
+        "OpenBLAS_HOME": "/opt/openblas",
         "NUMPY_SETUP_ARGS": "-Dblas=openblas -Dlapack=openblas -Dallow-noblas=false",
         "BUILD_REQUIREMENTS": "meson-python==0.18.0 meson==1.9.1 ninja==1.13.0 cython==3.1.8 pyproject-metadata==0.9.1 packaging==25.0",
         "VENV": "/opt/venv",
@@ -106,7 +118,7 @@ def test_numpy_against_our_openblas_on_x86_64_v3(plan_for):
 def test_generic_openblas_dispatches_at_run_time(plan_for):
     plan = plan_for(backend="openblas", arch="aarch64")
     assert env_of(plan, "openblas")["OPENBLAS_MAKE_FLAGS"] == (
-        "TARGET=ARMV8 USE_OPENMP=1 NUM_THREADS=256 NO_STATIC=1 COMMON_OPT=-O2 DYNAMIC_ARCH=1 BUILD_BFLOAT16=1"
+        "TARGET=ARMV8 DYNAMIC_ARCH=1 USE_OPENMP=1 NUM_THREADS=256 NO_STATIC=1 COMMON_OPT=-O2 BUILD_BFLOAT16=1 CROSS=1"
     )
 
 
@@ -158,9 +170,10 @@ def test_acl_is_not_built_when_torch_comes_from_a_wheel(plan_for, tmp_path):
 def test_a_distro_openblas_is_named_in_the_tag_and_not_compiled(plan_for):
     plan = plan_for(methods={"openblas": "distro"})
     openblas = plan.component("openblas")
-    assert (openblas.source, openblas.prefix, openblas.build_packages) == (None, "/usr", ("libopenblas-dev",))
+    assert (openblas.source, openblas.prefix, openblas.build_packages) == (None, "/usr", ("libopenblas-openmp-dev",))
+    assert openblas.runtime_packages == ("libopenblas0-openmp",) and openblas.ships == ()
     assert plan.release_tag == "r26.11-torch-2.13.0-onednn-openblas.distro"
-    assert env_of(plan, "numpy")["PKG_CONFIG_PATH"] == ""
+    assert env_of(plan, "numpy")["PKG_CONFIG_PATH"] == "/usr/lib/pkgconfig"
 
 
 def test_another_pinned_version_is_built_and_named_in_the_tag(plan_for):
@@ -224,35 +237,35 @@ def test_a_stage_image_is_labelled_only_with_what_it_depends_on(plan_for):
     this = plan_for(backend="onednn-acl", build_target="neoverse-v1")
     later = plan_for(backend="onednn-acl", build_target="neoverse-v1", release="r27.01")
     for name in ("base", "libs", "tools"):
-        assert this.stage_labels(this.stage(name)) == later.stage_labels(later.stage(name)), name
-    assert this.stage_labels(this.stage("final")) != later.stage_labels(later.stage("final"))
+        assert stage_labels(this, this.stage(name)) == stage_labels(later, later.stage(name)), name
+    assert stage_labels(this, this.stage("final")) != stage_labels(later, later.stage("final"))
 
-    libs = json.loads(this.stage_labels(this.stage("libs"))["io.torchstack.build-info"])
+    libs = json.loads(stage_labels(this, this.stage("libs"))["io.torchstack.build-info"])
     assert set(libs["components"]) == {"openblas", "acl"} and "torch_version" not in libs
-    assert this.stage_labels(this.stage("libs"))["io.torchstack.stage"] == "libs"
-    final = this.stage_labels(this.stage("final"))
+    assert stage_labels(this, this.stage("libs"))["io.torchstack.stage"] == "libs"
+    final = stage_labels(this, this.stage("final"))
     assert final["org.opencontainers.image.version"] == this.release_tag
-    assert json.loads(final["io.torchstack.build-info"]) == this.build_info()
-    dev = json.loads(this.stage_labels(this.stage("dev"))["io.torchstack.build-info"])
+    assert json.loads(final["io.torchstack.build-info"]) == build_info(this)
+    dev = json.loads(stage_labels(this, this.stage("dev"))["io.torchstack.build-info"])
     assert dev["torch_version"] == "2.13.0" and "release_tag" not in dev
 
 
 def test_the_full_runtime_ships_what_torch_compile_needs_and_slim_does_not(plan_for):
     full = plan_for(backend="onednn", release="r26.11")
     slim = plan_for(backend="onednn", release="r26.11", runtime="slim")
-    assert {"g++", "libpython3.11-dev", "openssl"} <= set(full.runtime_packages)
-    assert not {"g++", "libpython3.11-dev", "openssl"} & set(slim.runtime_packages)
-    assert "libtcmalloc-minimal4" in slim.runtime_packages  # the allocator is a runtime default either way
+    assert {"g++", "libpython3.11-dev", "openssl"} <= set(full.payload.packages)
+    assert not {"g++", "libpython3.11-dev", "openssl"} & set(slim.payload.packages)
+    assert "libtcmalloc-minimal4" in slim.payload.packages  # the allocator is a runtime default either way
     assert full.release_tag == "r26.11-torch-2.13.0-onednn" and slim.release_tag == "r26.11-torch-2.13.0-onednn-slim"
-    assert plan_for(backend="openblas", arch="s390x", distribution="trixie").runtime_packages.count("libpython3.13-dev") == 1
-    labels = slim.stage_labels(slim.stage("final"))
+    assert plan_for(backend="openblas", arch="s390x", distribution="trixie").payload.packages.count("libpython3.13-dev") == 1
+    labels = stage_labels(slim, slim.stage("final"))
     assert labels["io.torchstack.runtime"] == "slim" and json.loads(labels["io.torchstack.build-info"])["runtime"] == "slim"
-    assert "io.torchstack.runtime" not in slim.stage_labels(slim.stage("libs"))
+    assert "io.torchstack.runtime" not in stage_labels(slim, slim.stage("libs"))
 
 
 def test_runtime_defaults_are_data_and_documented_ones_stay_unset(plan_for):
     arm = plan_for(backend="onednn-acl")
-    assert arm.runtime_env == {"LD_PRELOAD": "/usr/lib/aarch64-linux-gnu/libtcmalloc_minimal.so.4"}
-    documented = arm.build_info()["runtime_env"]["ONEDNN_DEFAULT_FPMATH_MODE"]
+    assert arm.payload.env == {"LD_PRELOAD": "/usr/lib/aarch64-linux-gnu/libtcmalloc_minimal.so.4"}
+    documented = build_info(arm)["runtime_env"]["ONEDNN_DEFAULT_FPMATH_MODE"]
     assert documented["default"] is False and documented["value"] == "BF16" and documented["why"]
-    assert plan_for(backend="zdnn").runtime_env == {}  # nothing measured or documented to help on IBM Z yet
+    assert plan_for(backend="zdnn").payload.env == {}  # nothing measured or documented to help on IBM Z yet

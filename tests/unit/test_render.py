@@ -40,7 +40,8 @@ def all_plans(catalog, plan_for):
 @pytest.fixture(scope="module")
 def rendered(catalog, tmp_path_factory):
     from tests.conftest import NOW
-    from torchstack.plan import Request, make_plan
+    from torchstack.plan import Request
+    from torchstack.planner import make_plan
 
     def plan_for(**fields):
         return make_plan(catalog, Request(now=NOW, **fields))

@@ -11,8 +11,10 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from tests.image.libs.test_libs import assert_openblas_is_the_openmp_build
+from torchstack import layout
 from torchstack.host import host_arch
-from torchstack.render import EXAMPLES_IN_IMAGE as EXAMPLES
+from torchstack.layout import EXAMPLES_DIR as EXAMPLES
 from torchstack.tags import tag_safe
 
 # What torch.compile needs at run time ("full" runtime); a "slim" image ships none of it.
@@ -111,13 +113,64 @@ def test_backend_libraries_are_in_the_image(python, user_host, backend):
         )
 
 
-def test_torch_uses_our_blas_and_target_flags(python, ours):
-    torch_build = ours["components"]["torch"]
-    if torch_build["method"] != "source":
-        pytest.skip("torch comes from a prebuilt wheel: its BLAS and flags are upstream's")
+def test_torch_names_the_blas_and_lapack_the_plan_promised(python, ours):
+    """torch.__config__.show() names the BLAS and LAPACK it was built on: ours (torch_blas in the
+    build-info) when compiled here; a wheel's own, whichever, but some, when it came prebuilt."""
     config = python("import torch; print(torch.__config__.show())")
-    assert "BLAS_INFO=open" in config, f"torch is not built on OpenBLAS:\n{config}"
+    found = dict(part.strip().split("=", 1) for part in config.replace("\n", ",").split(",") if "_INFO=" in part)
+    promised = ours.get("torch_blas")
+    for key in ("BLAS_INFO", "LAPACK_INFO"):
+        assert found.get(key), f"torch names no {key}:\n{config}"
+        if promised:
+            assert found[key] == promised, f"{key}={found[key]}, but the plan promised {promised}:\n{config}"
+    print(f"BLAS_INFO={found['BLAS_INFO']} LAPACK_INFO={found['LAPACK_INFO']} (promised: {promised or 'the wheel\'s own'})")
+
+
+def test_torch_is_compiled_with_the_target_flag(python, ours):
+    if ours["components"]["torch"]["method"] != "source":
+        pytest.skip("torch comes from a prebuilt wheel: its flags are upstream's")
+    config = python("import torch; print(torch.__config__.show())")
     assert ours["target_flag"] in config, f"torch was not compiled with {ours['target_flag']}:\n{config}"
+
+
+def test_every_shared_library_resolves(host, ours):
+    """Every shared object of torch (lib/, its extension modules, a wheel's bundled torch.libs)
+    and every library the payload ships finds all it needs (ldd: no "not found"), as upstream's
+    check_binary.sh requires of its wheels."""
+    torch_dir = host.run(
+        "python3 -c 'import importlib.util; print(importlib.util.find_spec(\"torch\").submodule_search_locations[0])'"
+    ).stdout.strip()
+    assert torch_dir, "torch is not installed"
+    globs = [f"{torch_dir}/lib/*.so*", f"{torch_dir}/_C*.so", f"{torch_dir}/../torch.libs/*.so*"]
+    globs += [f"{lib['directory']}/{p}" for lib in ours["payload"]["libraries"] for p in lib["patterns"]]
+    listing = host.run(f"ls -1 {' '.join(globs)} 2>/dev/null").stdout.split()
+    assert any("/lib/libtorch" in f for f in listing), f"no libtorch found under {torch_dir}/lib"
+    script = 'for f in "$@"; do ldd "$f" 2>&1 | sed -n "s|^|$f: |; /not found/p"; done'
+    missing = host.run(f"sh -c {shlex.quote(script)} sh {' '.join(listing)}").stdout.strip()
+    assert not missing, f"unresolved libraries:\n{missing[:3000]}"
+    print(f"{len(listing)} shared objects, all resolved")
+
+
+def test_the_payload_ships_each_library_and_its_loader_path(host, ours):
+    """What the build-info's payload lists is in the image, on the loader's path (layout.LD_SO_CONF)."""
+    libraries = ours["payload"]["libraries"]
+    if not libraries:
+        pytest.skip("this image ships no compiled library of its own")
+    conf = host.file(layout.LD_SO_CONF).content_string.split()
+    cache = host.run("ldconfig -p").stdout
+    for lib in libraries:
+        assert lib["directory"] in conf, f"{lib['directory']} ({lib['component']}) is not in {layout.LD_SO_CONF}: {conf}"
+        for pattern in lib["patterns"]:
+            files = host.run(f"ls -1 {lib['directory']}/{pattern} 2>/dev/null").stdout.split()
+            assert files, f"{lib['component']}: nothing matches {lib['directory']}/{pattern}"
+            assert any(f"=> {f}" in cache for f in files), f"{lib['component']}: {files} not in the loader's cache"
+
+
+def test_debian_openblas_is_the_openmp_build(host, ours):
+    openblas = ours["components"].get("openblas")
+    if openblas is None or openblas["method"] != "distro":
+        pytest.skip("OpenBLAS does not come from Debian packages here")
+    assert_openblas_is_the_openmp_build(host)
 
 
 def test_what_torch_pulls_in_is_pinned(python, ours):
@@ -182,7 +235,7 @@ def test_no_headers_sources_or_wheels(host, labels):
     leftovers = host.run(
         f"find {folders} -name '*.h' 2>/dev/null;"
         "find / -xdev \\( -path /proc -o -path /sys \\) -prune -o "
-        "\\( -name '*.whl' -o -name '*.tar.gz' -o -name '*.tar.xz' -o -path '/opt/torchstack/src' \\) -print"
+        f"\\( -name '*.whl' -o -name '*.tar.gz' -o -name '*.tar.xz' -o -path '{layout.SOURCE_TREES_DIR}' \\) -print"
     ).stdout.split()
     assert not leftovers, f"left in the final image: {leftovers[:20]}"
 
@@ -236,7 +289,7 @@ def any_user_host(image):
 def test_an_arbitrary_user_id_has_a_writable_home(any_user_host):
     result = any_user_host.run('id -u && echo "$HOME" && touch "$HOME/.written" && rm "$HOME/.written"')
     assert result.rc == 0, f"user {ANY_USER} cannot write its home: {result.stdout} {result.stderr}"
-    assert result.stdout.split() == [ANY_USER.split(":")[0], "/home/torchstack"], result.stdout
+    assert result.stdout.split() == [ANY_USER.split(":")[0], layout.USER.home], result.stdout
     # What torch.compile names its cache after, and many tools call: it must not need a passwd entry.
     named = any_user_host.run("python3 -c 'import getpass; print(getpass.getuser())'")
     assert named.rc == 0, f"getpass.getuser() fails for user {ANY_USER}:\n{named.stderr[-800:]}"
@@ -268,7 +321,7 @@ def test_each_example_benchmarks_to_one_json_line(any_user_host):
 
 def test_interactive_start_shows_the_banner_and_the_defaults(container, ours):
     """On a pseudo-terminal (docker run -it) the entry point greets; the runtime defaults are listed."""
-    code, out = container.exec_run(["/opt/torchstack/entrypoint.sh", "true"], tty=True, stdin=True)
+    code, out = container.exec_run([layout.ENTRYPOINT, "true"], tty=True, stdin=True)
     text = out.decode()
     assert code == 0, text
     assert f"torchstack {ours['release_tag']}" in text and EXAMPLES in text, text
@@ -290,18 +343,31 @@ def test_the_cpu_guard_refuses_a_cpu_that_lacks_a_required_feature(user_host, ou
     assert required, f"target {ours['target']} lists no cpu_features to guard"
     simulated = f"{field}\t: {' '.join(required[:-1])} some-other-feature"
     start = f"printf '%s\\n' {shlex.quote(simulated)} > /tmp/cpuinfo && TORCHSTACK_CPUINFO=/tmp/cpuinfo"
-    refused = user_host.run(f"{start} /opt/torchstack/entrypoint.sh python3 -c 'print(1)'")
+    refused = user_host.run(f"{start} {layout.ENTRYPOINT} python3 -c 'print(1)'")
     assert refused.rc == 1 and refused.stdout == "", (refused.rc, refused.stdout)
     assert f"this CPU lacks {required[-1]}" in refused.stderr and f"built for {ours['target']}" in refused.stderr, refused.stderr
     assert refused.stderr.count("\n") == 1, refused.stderr
-    skipped = user_host.run(f"{start} TORCHSTACK_SKIP_CPU_CHECK=1 /opt/torchstack/entrypoint.sh python3 -c 'print(1)'")
+    skipped = user_host.run(f"{start} TORCHSTACK_SKIP_CPU_CHECK=1 {layout.ENTRYPOINT} python3 -c 'print(1)'")
     assert skipped.rc == 0 and skipped.stdout == "1\n", skipped.stderr
 
 
-def test_image_size_is_within_budget(image_attrs, catalog, ours, stage):
+def _payload_files(host, ours) -> list[str]:
+    globs = [f"{lib['directory']}/{p}" for lib in ours["payload"]["libraries"] for p in lib["patterns"]]
+    return host.run(f"ls -1 {' '.join(globs)} 2>/dev/null").stdout.split() if globs else []
+
+
+def _mib(host, *paths: str) -> str:
+    if not paths:
+        return "0 MiB"
+    out = host.run(f"du -scL {' '.join(paths)} | tail -1").stdout.split()
+    return f"{int(out[0]) / 1024:,.0f} MiB" if out else "?"
+
+
+def test_image_size_is_within_budget(image_attrs, catalog, ours, stage, host):
     budget = catalog.stage(stage).size_budget_mib
     if budget is None:
         pytest.skip(f"no size budget for stage {stage}")
     size = image_attrs["Size"] / 2**20
     print(f"image size {size:,.0f} MiB of a {budget:,} MiB budget")
+    print(f"payload: venv {_mib(host, ours['venv'])}, libraries {_mib(host, *_payload_files(host, ours))}")
     assert size <= budget, f"the image is {size:,.0f} MiB, over its {budget:,} MiB budget"

@@ -2,6 +2,8 @@
 
 import pytest
 
+from torchstack.layout import LD_SO_CONF, PAYLOAD_DIR
+
 
 def _components(ours, catalog, stage="libs", method=None):
     return {
@@ -10,16 +12,21 @@ def _components(ours, catalog, stage="libs", method=None):
     }  # fmt: skip
 
 
-def test_each_compiled_library_is_installed_where_the_plan_says(host, ours, catalog):
+def test_each_compiled_library_is_installed_and_staged_for_the_final_image(host, ours, catalog):
+    """What components.yaml says a compiled component ships is installed under its prefix, staged
+    (links kept) under layout.PAYLOAD_DIR for the final stage, and on the loader's path."""
     compiled = _components(ours, catalog, method="source")
     if not compiled:
         pytest.skip("no library of this image was compiled from source")
+    conf = host.file(LD_SO_CONF).content_string.split()
     for name, c in compiled.items():
-        libdir = f"{c['prefix']}/{catalog.components[name].libdir}"
-        found = host.run(f"ls {libdir}").stdout.split()
-        assert any(f.startswith("lib") and ".so" in f for f in found), (
-            f"{name} {c['version']}: expected shared libraries in {libdir}, found {found or 'nothing'}"
-        )
+        for pattern in catalog.components[name].ships:
+            folder = f"{c['prefix']}/{pattern.rsplit('/', 1)[0]}"
+            installed = host.run(f"cd {folder} && ls -1 {pattern.rsplit('/', 1)[1]}").stdout.split()
+            staged = host.run(f"cd {PAYLOAD_DIR}{folder} && ls -1 {pattern.rsplit('/', 1)[1]}").stdout.split()
+            assert installed, f"{name} {c['version']}: nothing matches {c['prefix']}/{pattern}"
+            assert staged == installed, f"{name}: staged {staged}, installed {installed}"
+            assert folder in conf, f"{name}: {folder} is not in {LD_SO_CONF} ({conf})"
 
 
 def test_openblas_is_built_for_the_target(host, ours, target, python):
@@ -48,6 +55,14 @@ def test_openblas_from_debian_is_the_packaged_one(host, ours):
     if openblas is None or openblas["method"] != "distro":
         pytest.skip("OpenBLAS does not come from Debian packages here")
     assert "libopenblas.so.0" in host.run("ldconfig -p").stdout, "Debian's libopenblas.so.0 is not in the linker cache"
+    assert_openblas_is_the_openmp_build(host)
+
+
+def assert_openblas_is_the_openmp_build(host):
+    """Debian's libopenblas.so.0 (an alternatives link) resolves to the OpenMP build, the threading
+    torch uses: the pthreads build would oversubscribe the cores next to torch's OpenMP threads."""
+    resolved = host.run("readlink -f \"$(ldconfig -p | awk '/libopenblas.so.0 /{print $NF; exit}')\"").stdout.strip()
+    assert "/openblas-openmp/" in resolved, f"libopenblas.so.0 resolves to {resolved or 'nothing'}, not Debian's OpenMP build"
 
 
 def test_acl_is_built_for_the_target(host, ours, target):

@@ -1,0 +1,44 @@
+"""The README's table of modules is the package: every module listed once, each with one job,
+in an order where every module imports only modules below it (no cycles, nothing upward)."""
+
+import ast
+import re
+
+from torchstack.model import ROOT
+
+PACKAGE = ROOT / "torchstack"
+
+
+def readme_order() -> list[str]:
+    return re.findall(r"^\| `(\w+)\.py` \|", (ROOT / "README.md").read_text(), re.MULTILINE)
+
+
+def imports_of(module: str) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse((PACKAGE / f"{module}.py").read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("torchstack"):
+            if node.module == "torchstack":
+                found |= {a.name for a in node.names if (PACKAGE / f"{a.name}.py").exists()}
+            else:
+                found.add(node.module.split(".")[1])
+    return found
+
+
+def test_the_readme_lists_every_module_once():
+    order = readme_order()
+    assert sorted(order) == sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+    assert len(order) == len(set(order))
+
+
+def test_every_module_imports_only_modules_below_it_in_the_readme():
+    order = readme_order()
+    upward = {m: sorted(d for d in imports_of(m) if order.index(d) <= order.index(m)) for m in order}
+    assert not {m: d for m, d in upward.items() if d}, upward
+
+
+def test_each_module_says_its_one_job_in_one_sentence_without_and():
+    for path in PACKAGE.glob("*.py"):
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        first = doc.splitlines()[0] if doc else ""
+        assert first.endswith(".") and first.count(". ") == 0, f"{path.name}: {first!r}"
+        assert " and " not in first, f"{path.name}: {first!r}"

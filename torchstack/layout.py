@@ -1,0 +1,47 @@
+"""Where things live inside every image: the venv, the toolkit's folders, the user, the caches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Python: one virtual environment, first on PATH, in every image from the tools stage on.
+VENV = "/opt/venv"
+IMAGE_PATH = f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+# The toolkit's own folder and what it holds in the build stages and the images.
+TOOLKIT_DIR = "/opt/torchstack"
+SCRIPTS_DIR = f"{TOOLKIT_DIR}/scripts"  # the build scripts (scripts/ in the repository)
+PATCHES_DIR = f"{TOOLKIT_DIR}/patches"  # one folder per component (patches/ in the repository)
+SOURCES_DIR = f"{TOOLKIT_DIR}/sources"  # the pinned source archives, as verified
+WHEELS_DIR = f"{TOOLKIT_DIR}/wheels"  # the torch wheel the dev stage builds or brings
+SOURCE_TREES_DIR = f"{TOOLKIT_DIR}/src"  # the dev image's unpacked, patched sources (no build tree)
+EXAMPLES_DIR = f"{TOOLKIT_DIR}/examples"  # the final image's examples (examples/ in the repository)
+BUILD_INFO = f"{TOOLKIT_DIR}/build-info.json"
+ENTRYPOINT = f"{TOOLKIT_DIR}/entrypoint.sh"
+ENTRYPOINT_CONF = f"{TOOLKIT_DIR}/entrypoint.conf"
+
+# Throwaway places of the build stages: unpacked sources and out-of-tree builds.
+BUILD_TREES_DIR = "/tmp/torchstack-src"
+
+# BuildKit's cache mount for ccache (--builder buildx).
+CCACHE_DIR = "/ccache"
+
+# In the libs image: the compiled libraries the final image ships, at their own paths under this
+# folder (symbolic links kept), so that the final stage copies them with one COPY, links intact.
+PAYLOAD_DIR = f"{TOOLKIT_DIR}/payload"
+
+# The dynamic loader's search path for the libraries the toolkit compiles (one file per image).
+LD_SO_CONF = "/etc/ld.so.conf.d/torchstack.conf"
+
+
+@dataclass(frozen=True)
+class User:
+    name: str = "torchstack"
+    uid: int = 1000
+
+    @property
+    def home(self) -> str:
+        return f"/home/{self.name}"
+
+
+USER = User()

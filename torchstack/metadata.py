@@ -1,0 +1,117 @@
+"""What an image says about itself: its OCI labels, its build-info, the variants in its tag."""
+
+from __future__ import annotations
+
+import json
+
+from torchstack import tags
+from torchstack.layout import VENV
+from torchstack.model import Catalog
+from torchstack.plan import RELEASE_STAGE, Plan, Request, StagePlan
+from torchstack.selection import RUNTIMES, Selection
+
+# build-info keys that only the release image carries: they depend on the release or the torch
+# install, and an earlier stage's labels must not (a new release would rebuild OpenBLAS).
+RELEASE_ONLY = ("release_tag", "release", "python_constraints", "runtime", "runtime_env", "cpu_features", "payload",
+                "torch_blas")
+# How torch.__config__.show() names the BLAS (BLAS_INFO, LAPACK_INFO) for its build variable BLAS.
+TORCH_BLAS_INFO = {"OpenBLAS": "open", "MKL": "mkl", "Eigen": "eigen", "BLIS": "blis", "APL": "armpl"}
+
+
+def tag_variants(catalog: Catalog, selection: Selection, request: Request) -> tuple[str, ...]:
+    """What sets this build apart from its backend's default build, in the order of the tag."""
+    variants: list[str] = []
+    if selection.target.name != "generic":
+        variants.append(selection.target.name)
+    elif len(selection.backend.arches) > 1:
+        variants.append(selection.arch.name)
+    if request.base_image:
+        variants.append(tags.tag_safe(request.base_image.replace(":", "-").replace("/", "-")))
+    elif selection.distribution.name != catalog.default_distribution:
+        variants.append(selection.distribution.name)
+    if selection.runtime != RUNTIMES[0]:
+        variants.append(selection.runtime)
+    variants += [f"{name}.{method}" for name, method in selection.methods.items() if method != "source"]
+    variants += [
+        f"{name}-{tags.tag_safe(version)}"
+        for name, version in request.versions.items()
+        if name in selection.methods and version != catalog.components[name].default_version
+    ]
+    return tuple(variants)
+
+
+def build_info(plan: Plan) -> dict:
+    """What the release image records about how it was built (layout.BUILD_INFO)."""
+    payload = plan.payload
+    torch_compiled = plan.component("torch") is not None and plan.component("torch").method == "source"
+    return {
+        "release_tag": plan.release_tag,
+        "release": plan.release,
+        "arch": plan.arch.name,
+        "backend": plan.backend.name,
+        "target": plan.target.name,
+        "target_flag": plan.target.flag,
+        "distribution": plan.distribution.name,
+        "python": plan.distribution.python,
+        "torch_version": plan.torch_version,
+        "venv": VENV,
+        "mkldnn": plan.backend.mkldnn,
+        "libraries": list(plan.backend.libraries),
+        # What torch names as its BLAS and LAPACK when compiled here; a prebuilt wheel's are its own.
+        "torch_blas": TORCH_BLAS_INFO[plan.backend.torch_env["BLAS"]] if torch_compiled else None,
+        "components": {
+            c.name: {"method": c.method, "version": c.version, "prefix": c.prefix} for c in plan.components
+        },
+        "python_constraints": list(payload.python_constraints),
+        "runtime": plan.runtime,
+        "runtime_env": {
+            name: {"value": s.value, "default": s.default, "why": s.why} for name, s in payload.settings.items()
+        },
+        "payload": {
+            "libraries": [
+                {"component": lib.component, "directory": lib.directory, "patterns": list(lib.patterns)}
+                for lib in payload.libraries
+            ],
+            "packages": list(payload.packages),
+        },
+        "cpu_features": list(plan.target.cpu_features),
+    }
+
+
+def stage_labels(plan: Plan, stage: StagePlan) -> dict[str, str]:
+    """A stage image's OCI labels and build information. The release image (RELEASE_STAGE)
+    carries all of it; an earlier stage only what its own content depends on. Labels are part
+    of an image, and the next stage is built FROM it: a release or torch version in the libs
+    image would make another torch recompile OpenBLAS and ACL."""
+    info = build_info(plan)
+    labels = {
+        "org.opencontainers.image.licenses": "BSD-3-Clause",
+        "org.opencontainers.image.base.name": plan.base_image,
+        "io.torchstack.arch": plan.arch.name,
+        "io.torchstack.backend": plan.backend.name,
+        "io.torchstack.target": plan.target.name,
+        "io.torchstack.stage": stage.name,
+    }
+    if stage.name == RELEASE_STAGE:
+        labels.update({
+            "org.opencontainers.image.title": (
+                f"PyTorch {plan.torch_version} on {plan.backend.name} for {plan.target.name} ({plan.arch.name})"
+            ),
+            "org.opencontainers.image.version": plan.release_tag,
+            "io.torchstack.release": plan.release,
+            "io.torchstack.torch.version": plan.torch_version,
+            "io.torchstack.runtime": plan.runtime,
+        })  # fmt: skip
+    else:
+        labels["org.opencontainers.image.title"] = (
+            f"torchstack {stage.name} stage: {plan.backend.name} for {plan.target.name} ({plan.arch.name})"
+        )
+        info["components"] = {
+            name: c for name, c in info["components"].items() if plan.component(name).stage in stage.upstream
+        }
+        for key in RELEASE_ONLY:
+            del info[key]
+        if "torch" not in info["components"]:
+            del info["torch_version"]
+    labels["io.torchstack.build-info"] = json.dumps(info, sort_keys=True)
+    return labels

@@ -1,0 +1,191 @@
+"""A request turned into a plan, with the catalog's data."""
+
+from __future__ import annotations
+
+import shlex
+from datetime import datetime, timezone
+
+from torchstack import host, tags
+from torchstack.errors import UsageProblem
+from torchstack.metadata import tag_variants
+from torchstack.model import Catalog, Stage
+from torchstack.plan import ComponentPlan, Payload, Plan, Request, ShippedLibraries, StagePlan
+from torchstack.recipes import RecipeInputs, exports_of, script_inputs
+from torchstack.selection import Selection, select
+
+GIB_PER_TORCH_JOB = 3.0
+GIB_PER_JOB = 1.0
+
+
+def make_plan(catalog: Catalog, request: Request) -> Plan:
+    now = request.now or datetime.now(timezone.utc)
+    this_host = host.host_arch()
+    selection = select(catalog, request, this_host)
+
+    release = tags.check_release(request.release or tags.default_release(now))
+    repository = tags.check_repository(request.repository)
+    variants = tag_variants(catalog, selection, request)
+    release_tag = (
+        tags.check_tag(request.tag)
+        if request.tag
+        else tags.release_tag(release, selection.torch_version, selection.backend.name, variants)
+    )
+
+    cpu_count, mem = host.cores(), host.memory_gib()
+    jobs = request.jobs or host.default_jobs(GIB_PER_JOB, cpu_count, mem)
+    torch_jobs = request.jobs or host.default_jobs(GIB_PER_TORCH_JOB, cpu_count, mem)
+    components = _component_plans(catalog, selection, {**request.versions, "torch": selection.torch_version}, jobs, torch_jobs)
+    base_image = request.base_image or f"torchstack-os:{selection.distribution.name}-{selection.arch.debian}"
+    stages = _stage_plans(catalog, selection.stage, components, base_image, f"{repository}-{{stage}}:{release_tag}")
+
+    return Plan(
+        arch=selection.arch,
+        distribution=selection.distribution,
+        backend=selection.backend,
+        target=selection.target,
+        target_note=selection.target_note,
+        host_arch=this_host,
+        release=release,
+        torch_version=selection.torch_version,
+        release_tag=release_tag,
+        repository=repository,
+        build_type=selection.stage,
+        jobs=jobs,
+        torch_jobs=torch_jobs,
+        base_image=base_image,
+        base_is_bootstrapped=request.base_image is None,
+        builder=selection.builder,
+        runtime=selection.runtime,
+        torch_wheel=selection.torch_wheel,
+        torch_wheel_file=selection.torch_wheel_file,
+        components=components,
+        stages=stages,
+        payload=_payload(selection, components),
+    )
+
+
+def _component_plans(
+    catalog: Catalog, selection: Selection, versions: dict[str, str], jobs: int, torch_jobs: int
+) -> tuple[ComponentPlan, ...]:
+    """Each component the backend needs, in its order: version, source or alternative, script inputs."""
+    prefixes: dict[str, str | None] = {}
+    for name, method in selection.methods.items():
+        component = catalog.components[name]
+        alternative = component.alternatives.get(method)
+        prefixes[name] = alternative.prefix if alternative and alternative.prefix else component.prefix
+    components: list[ComponentPlan] = []
+    for name, method in selection.methods.items():
+        component = catalog.components[name]
+        version = versions.get(name) or component.default_version
+        source = component.source(version) if method == "source" else None
+        if method == "source" and source is None:
+            pinned = ", ".join(p.version for p in component.versions)
+            raise UsageProblem(
+                f"{name} {version} has no pinned, checksummed source (torchstack/data/components.yaml); "
+                f"pinned: {pinned}" + ("; or use --torch-from wheel" if name == "torch" else "")
+            )
+        prefix = prefixes[name]
+        compiled = method == "source"
+        alternative = component.alternatives.get(method)
+        inputs = RecipeInputs(
+            component=component,
+            method=method,
+            version=version,
+            prefix=prefix,
+            source=source,
+            target=selection.target,
+            arch=selection.arch,
+            backend=selection.backend,
+            jobs=jobs,
+            torch_jobs=torch_jobs,
+            torch_version=selection.torch_version,
+            builder=selection.builder,
+            wheel_name=selection.torch_wheel_file.name if selection.torch_wheel_file else "torch.whl",
+            exported={
+                k: v
+                for used in component.uses
+                if used in prefixes
+                for k, v in exports_of(catalog.components[used], prefixes[used]).items()
+            },
+        )
+        components.append(
+            ComponentPlan(
+                name=name,
+                method=method,
+                version=version,
+                stage=component.stage,
+                script=component.script,
+                prefix=prefix,
+                env=script_inputs(inputs),
+                source=source,
+                build_packages=(
+                    component.build_packages + (("ccache",) if inputs.ccache else ())
+                    if compiled
+                    else (alternative.build_packages if alternative else ())
+                ),
+                runtime_packages=component.runtime_packages if compiled else (alternative.runtime_packages if alternative else ()),
+                build_requirements=component.build_requirements if compiled else (),
+                runtime_requirements=component.runtime_requirements,
+                ships=_shipped(name, prefix, component.ships) if compiled else (),
+            )
+        )
+    return tuple(components)
+
+
+def _shipped(component: str, prefix: str | None, patterns: tuple[str, ...]) -> tuple[ShippedLibraries, ...]:
+    """A compiled component's `ships` patterns, grouped by folder under its prefix."""
+    folders: dict[str, list[str]] = {}
+    for pattern in patterns:
+        folder, glob = pattern.rsplit("/", 1)
+        folders.setdefault(f"{prefix}/{folder}", []).append(glob)
+    return tuple(ShippedLibraries(component, folder, tuple(globs)) for folder, globs in folders.items())
+
+
+def _payload(selection: Selection, components: tuple[ComponentPlan, ...]) -> Payload:
+    """What the final image carries: every planned component's shipped libraries and Debian
+    packages, the runtime settings' packages, what torch.compile needs (runtime "full"), and the
+    pins torch installs at."""
+    packages = {p for c in components for p in c.runtime_packages}
+    packages |= {*selection.arch.runtime.packages, *selection.backend.runtime.packages}
+    if selection.runtime == "full":
+        packages |= {p.format(python=selection.distribution.python) for p in selection.distribution.compile_packages}
+    return Payload(
+        libraries=tuple(lib for c in components for lib in c.ships),
+        packages=tuple(sorted(packages)),
+        python_constraints=tuple(sorted({r for c in components for r in c.runtime_requirements})),
+        settings={**selection.arch.runtime.env, **selection.backend.runtime.env},
+    )
+
+
+def _stage_plans(
+    catalog: Catalog, wanted: str, components: tuple[ComponentPlan, ...], base_image: str, image_name: str
+) -> tuple[StagePlan, ...]:
+    """The requested stage and everything it needs, in table order."""
+
+    def upstream(stage: Stage) -> frozenset[str]:
+        deps = (catalog.stage(d) for d in (stage.parent, *stage.copies_from) if d)
+        return frozenset({stage.name}).union(*(upstream(d) for d in deps))
+
+    needed = upstream(catalog.stage(wanted))
+    images = {s.name: image_name.format(stage=s.name) for s in catalog.stages}
+    return tuple(
+        StagePlan(
+            name=s.name,
+            template=s.template,
+            description=s.description,
+            image=images[s.name],
+            parent_image=images[s.parent] if s.parent else base_image,
+            copies={dep: images[dep] for dep in s.copies_from},
+            components=tuple(c for c in components if c.stage == s.name),
+            packages=s.packages,
+            size_budget_mib=s.size_budget_mib,
+            upstream=upstream(s),
+        )
+        for s in catalog.stages
+        if s.name in needed
+    )
+
+
+def env_line(env: dict[str, str]) -> str:
+    """KEY=value pairs, shell-quoted, as they appear before a script in a RUN line."""
+    return " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())

@@ -1,0 +1,163 @@
+"""Each component's script inputs, computed from that component's own data in the catalog."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torchstack.errors import DataError
+from torchstack.layout import BUILD_TREES_DIR, CCACHE_DIR, IMAGE_PATH, PATCHES_DIR, SOURCE_TREES_DIR, SOURCES_DIR, VENV, WHEELS_DIR
+from torchstack.model import Architecture, Backend, Component, Source, Target
+
+
+@dataclass(frozen=True)
+class RecipeInputs:
+    """What one component's recipe may know: its own data, the build's target, architecture and
+    backend, and what the components it uses export (components.yaml `uses`, `exports`)."""
+
+    component: Component
+    method: str  # source | distro | wheel
+    version: str
+    prefix: str | None
+    source: Source | None
+    target: Target
+    arch: Architecture
+    backend: Backend
+    jobs: int
+    torch_jobs: int
+    torch_version: str
+    builder: str  # docker | buildx (BuildKit keeps a compiler cache across builds)
+    wheel_name: str
+    exported: dict[str, str]  # the exports of the components it `uses` that the build has
+
+    @property
+    def compiles(self) -> bool:
+        return self.method == "source"
+
+    @property
+    def ccache(self) -> bool:
+        return self.compiles and self.builder == "buildx"
+
+
+Recipe = Callable[[RecipeInputs], dict[str, str]]
+
+
+def script_inputs(inputs: RecipeInputs) -> dict[str, str]:
+    """The named inputs of the component's script (and of its template lines)."""
+    recipe = RECIPES.get(inputs.component.name)
+    if recipe is None:
+        raise DataError(f"component {inputs.component.name} has no recipe in torchstack/recipes.py")
+    return {**_source_inputs(inputs), **recipe(inputs)}
+
+
+def exports_of(component: Component, prefix: str | None) -> dict[str, str]:
+    """What a component tells the other components' builds, with its prefix filled in."""
+    return {name: value.format(prefix=prefix or "") for name, value in component.exports.items()}
+
+
+def _source_inputs(inputs: RecipeInputs) -> dict[str, str]:
+    """What every compiled component's script reads: its source, version, patches and prefix."""
+    if not inputs.compiles or inputs.source is None:
+        return {}
+    env = {
+        "SOURCE": f"{SOURCES_DIR}/{inputs.source.filename}",
+        "VERSION": inputs.version,
+        "PATCHES": f"{PATCHES_DIR}/{inputs.component.name}",
+        "TREE": f"{BUILD_TREES_DIR}/{inputs.component.name}",
+    }
+    if inputs.prefix:
+        env["PREFIX"] = inputs.prefix
+    return env
+
+
+def _ccache_on_path(inputs: RecipeInputs) -> dict[str, str]:
+    """Debian's ccache wrappers first on PATH, for builds with no compiler-cache switch of their own."""
+    return {"CCACHE_DIR": CCACHE_DIR, "PATH": f"/usr/lib/ccache:{IMAGE_PATH}"} if inputs.ccache else {}
+
+
+def openblas(inputs: RecipeInputs) -> dict[str, str]:
+    if not inputs.compiles:
+        return {}
+    tuning = inputs.target.openblas
+    flags = [
+        f"TARGET={tuning.target}",
+        *(["DYNAMIC_ARCH=1"] if tuning.dynamic_arch else []),
+        "USE_OPENMP=1",  # the threading torch uses: one OpenMP runtime, no oversubscription
+        "NUM_THREADS=256",
+        "NO_STATIC=1",
+        "COMMON_OPT=-O2",
+        # sbgemm_ (bf16 GEMM): torch probes for it; kernels where the target has them, C elsewhere
+        "BUILD_BFLOAT16=1",
+        # Build for the target, never run it: no self-tests on a build host that may lack the
+        # target's instructions (x86-64-v4 on an AVX2 host, neoverse-v2 on a Graviton2, qemu).
+        "CROSS=1",
+    ]
+    return {"OPENBLAS_MAKE_FLAGS": " ".join(flags), "JOBS": str(inputs.jobs), **_ccache_on_path(inputs)}
+
+
+def acl(inputs: RecipeInputs) -> dict[str, str]:
+    tuning = inputs.target.acl
+    assert tuning is not None  # selection.refusal: a target without acl: settings is refused
+    flags = [
+        "Werror=0", "debug=0", "neon=1", "opencl=0", "embed_kernels=0", "os=linux",
+        f"arch={tuning.arch}", "build=native", f"multi_isa={int(tuning.multi_isa)}",
+        "fixed_format_kernels=1", "openmp=1", "cppthreads=0", f"-j{inputs.jobs}",
+    ]  # fmt: skip
+    env = {}
+    if inputs.ccache:
+        flags.append("compiler_cache=ccache")  # scons does not pass PATH on to the compiler
+        env["CCACHE_DIR"] = CCACHE_DIR
+    return {"ACL_SCONS_FLAGS": " ".join(flags), **env}
+
+
+def zdnn(inputs: RecipeInputs) -> dict[str, str]:
+    tuning = inputs.target.zdnn
+    assert tuning is not None  # selection.refusal: a target without zdnn: settings is refused
+    return {"ZDNN_CFLAGS": f"-O3 -march={tuning.march} -mzvector", "JOBS": str(inputs.jobs), **_ccache_on_path(inputs)}
+
+
+def numpy(inputs: RecipeInputs) -> dict[str, str]:
+    if not inputs.compiles:
+        return {"NUMPY_REQUIREMENT": f"numpy=={inputs.version}", "VENV": VENV}
+    flags = f"-O2 {inputs.target.flag}"
+    return {
+        "CFLAGS": flags,
+        "CXXFLAGS": flags,
+        "PKG_CONFIG_PATH": "",
+        **inputs.exported,
+        "NUMPY_SETUP_ARGS": "-Dblas=openblas -Dlapack=openblas -Dallow-noblas=false",
+        "BUILD_REQUIREMENTS": " ".join(inputs.component.build_requirements),
+        "VENV": VENV,
+        "JOBS": str(inputs.jobs),
+        **_ccache_on_path(inputs),
+    }
+
+
+def torch(inputs: RecipeInputs) -> dict[str, str]:
+    if not inputs.compiles:
+        return {"WHEEL": f"{WHEELS_DIR}/{inputs.wheel_name}"}
+    flags = f"-O2 {inputs.target.flag}"
+    env = {
+        **inputs.component.env,
+        **inputs.arch.torch_env,
+        **inputs.backend.torch_env,
+        **inputs.exported,
+        "MAX_JOBS": str(inputs.torch_jobs),
+        "PYTORCH_BUILD_VERSION": inputs.torch_version,
+        "PYTORCH_BUILD_NUMBER": "1",
+        "CFLAGS": flags,
+        "CXXFLAGS": flags,
+        "BUILD_REQUIREMENTS": " ".join(inputs.component.build_requirements),
+        "VENV": VENV,
+        "WHEELS": WHEELS_DIR,
+        "KEEP_SOURCE": f"{SOURCE_TREES_DIR}/pytorch",
+        # PyTorch runs its compiles through ccache itself when USE_CCACHE=1 and ccache is on PATH;
+        # Debian's wrappers on PATH as well would run every compile through ccache twice.
+        "USE_CCACHE": "1" if inputs.ccache else "0",
+    }
+    if inputs.ccache:
+        env["CCACHE_DIR"] = CCACHE_DIR
+    return env
+
+
+RECIPES: dict[str, Recipe] = {"openblas": openblas, "acl": acl, "zdnn": zdnn, "numpy": numpy, "torch": torch}
