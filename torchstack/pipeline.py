@@ -62,6 +62,7 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
     client = engine.connect()
     base_missing = not engine.image_exists(client, plan.base_image)
     prerequisites.require(plan, bootstrap=base_missing and plan.base_is_bootstrapped)
+    cpu_notes = prerequisites.require_cpu_for_checks(plan, checks=not options.get("no_test"))
     request, plan = resolve_wheel(catalog, request, plan, options.get("pip_index_url"))
     source_files = sources.fetch_plan_sources(plan, options.get("source_mirror"))
 
@@ -75,6 +76,8 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
     started = time.monotonic()
 
     with _build_secrets(options, contexts) as secrets, BuildView(reports, log_path, options.get("quiet", False)) as view:
+        for note in cpu_notes:
+            view.note(note)
         if base_missing:
             how = "bootstrapping it from the Debian archive" if plan.base_is_bootstrapped else "pulling it"
             view.note(f"torchstack: base image {plan.base_image} is not here; {how}")

@@ -6,9 +6,10 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from torchstack import host
 from torchstack.engine import buildx_available
-from torchstack.errors import HostNotReady
-from torchstack.plan import Plan
+from torchstack.errors import HostNotReady, UsageProblem
+from torchstack.plan import RELEASE_STAGE, Plan
 
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
 SETUP_HOST = "scripts/setup-host.sh"
@@ -63,3 +64,36 @@ def require(plan: Plan, bootstrap: bool) -> None:
             + "; ".join(f"missing {m.what}: {m.install}" for m in missing)
             + f" (or run {SETUP_HOST}, which installs all of it)"
         )
+
+
+def lacking_cpu_features(plan: Plan, cpuinfo: str | None = None) -> list[str]:
+    """The target's CPU features this host's CPU lacks (none for an emulated build: qemu runs the
+    target's code whatever this CPU has, and an emulated CPU lists no features)."""
+    if plan.emulated:
+        return []
+    have = host.cpu_features(cpuinfo if cpuinfo is not None else host.read_cpuinfo())
+    return [f for f in plan.target.cpu_features if f not in have]
+
+
+def require_cpu_for_checks(plan: Plan, checks: bool, cpuinfo: str | None = None) -> list[str]:
+    """Refuse, before any work, a checked release build whose image cannot start on this CPU (its
+    entry point refuses a CPU that lacks a target feature, so every check would fail an hour in).
+    Returns notes for a build that can go ahead on this host but runs less than it should."""
+    lacking = lacking_cpu_features(plan, cpuinfo)
+    if not lacking:
+        return []
+    said = f"this host's CPU lacks {', '.join(lacking)}, which {plan.target.name} code ({plan.target.flag}) may use"
+    if checks and plan.build_type == RELEASE_STAGE:
+        raise UsageProblem(
+            f"{said}: the image would not start here, so its checks cannot run; build with --no-test "
+            "and check it where it runs (./build.py test IMAGE)"
+        )
+    notes = [f"torchstack: note: {said}; the build compiles for it without running it (OpenBLAS: CROSS=1)"]
+    torch = plan.component("torch")
+    if torch is not None and torch.method == "source" and plan.build_type in ("dev", RELEASE_STAGE):
+        notes.append(
+            "torchstack: note: PyTorch's own build runs programs it compiles with the target's flags "
+            "(code generators, protoc), which may die of SIGILL on this CPU: compile torch on a CPU "
+            "with these features, or take it from a wheel (--torch-from wheel)"
+        )
+    return notes

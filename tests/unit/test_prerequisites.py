@@ -81,3 +81,35 @@ def test_the_bootstrap_command_stops_in_one_line_with_exit_2(host, catalog, monk
     assert len(lines) == 1 and lines[0].startswith("torchstack: error: this host is not set up for this build: "), lines
     assert "missing arch-test" in lines[0] and "apt-get install arch-test" in lines[0]
     assert "scripts/setup-host.sh" in lines[0]
+
+
+CPUINFO = prerequisites.Path(__file__).parent / "cpuinfo"
+
+
+def x86_plan(plan_for, **fields):
+    """An x86_64 plan as an x86_64 host sees it, whatever machine runs the tests."""
+    return dataclasses.replace(plan_for(arch="x86_64", **fields), host_arch="x86_64")
+
+
+def test_a_checked_build_for_a_cpu_this_host_lacks_is_refused_before_any_work(plan_for):
+    plan = x86_plan(plan_for, build_target="x86-64-v4", methods={"torch": "wheel"}, torch_wheel="index")
+    avx2_host = (CPUINFO / "x86-avx2.txt").read_text()
+    with pytest.raises(prerequisites.UsageProblem, match=r"lacks avx512f, avx512bw.*build with --no-test and check it where it runs"):
+        prerequisites.require_cpu_for_checks(plan, checks=True, cpuinfo=avx2_host)
+    notes = prerequisites.require_cpu_for_checks(plan, checks=False, cpuinfo=avx2_host)
+    assert notes == ["torchstack: note: this host's CPU lacks avx512f, avx512bw, avx512cd, avx512dq, avx512vl, which "
+                     "x86-64-v4 code (-march=x86-64-v4) may use; the build compiles for it without running it (OpenBLAS: CROSS=1)"]  # fmt: skip
+    assert prerequisites.require_cpu_for_checks(plan, checks=True, cpuinfo=(CPUINFO / "x86-avx512-amd.txt").read_text()) == []
+
+
+def test_a_torch_source_build_for_a_cpu_this_host_lacks_is_warned_about(plan_for):
+    plan = x86_plan(plan_for, build_target="x86-64-v4", build_type="dev")
+    notes = prerequisites.require_cpu_for_checks(plan, checks=True, cpuinfo=(CPUINFO / "x86-avx2.txt").read_text())
+    assert len(notes) == 2 and "PyTorch's own build runs programs it compiles" in notes[1]
+
+
+def test_libs_only_and_emulated_builds_are_not_held_to_this_cpu(plan_for, arm64_on_x86):
+    libs = x86_plan(plan_for, build_target="x86-64-v4", build_type="libs")
+    assert len(prerequisites.require_cpu_for_checks(libs, checks=True, cpuinfo=(CPUINFO / "x86-avx2.txt").read_text())) == 1
+    emulated = arm64_on_x86(build_target="neoverse-v1")
+    assert prerequisites.require_cpu_for_checks(emulated, checks=True, cpuinfo=(CPUINFO / "x86-avx2.txt").read_text()) == []
