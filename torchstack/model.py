@@ -10,6 +10,9 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 from torchstack.errors import DataError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -18,6 +21,10 @@ DATA = Path(__file__).resolve().parent / "data"
 
 # A Python package pinned to one version, as pip reads it: name==version
 PinnedPackage = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.!+_-]*$")]
+
+
+# Python packages the stack itself puts into the venv before a component that requires them.
+STACK_PACKAGES = {"numpy"}
 
 
 class Frozen(BaseModel):
@@ -169,6 +176,10 @@ class Component(Frozen):
     build_packages: tuple[str, ...] = ()
     runtime_packages: tuple[str, ...] = ()
     build_requirements: tuple[PinnedPackage, ...] = ()
+    # The source's own [build-system] requires (pyproject.toml), as published: our pins above must
+    # satisfy each (a requirement on another component of the stack, numpy for torch, is met by
+    # that component). The build checks it again (pip --check-build-dependencies).
+    build_system_requires: tuple[str, ...] = ()
     runtime_requirements: tuple[PinnedPackage, ...] = ()
     env: dict[str, str] = {}
     wheel_excludes: tuple[str, ...] = ()
@@ -180,6 +191,21 @@ class Component(Frozen):
     @property
     def methods(self) -> tuple[str, ...]:
         return ("source", *self.alternatives)
+
+    @model_validator(mode="after")
+    def _pins_satisfy_the_build_system(self) -> Component:
+        pins = {canonicalize_name(p.split("==")[0]): p.split("==")[1] for p in self.build_requirements}
+        unmet = []
+        for text in self.build_system_requires:
+            requirement = Requirement(text)
+            name = canonicalize_name(requirement.name)
+            if name in pins and not requirement.specifier.contains(pins[name], prereleases=True):
+                unmet.append(f"{text} (pinned {pins[name]})")
+            elif name not in pins and name not in STACK_PACKAGES:
+                unmet.append(f"{text} (not pinned)")
+        if unmet:
+            raise ValueError(f"build_requirements do not satisfy the source's build-system requires: {', '.join(unmet)}")
+        return self
 
     @model_validator(mode="after")
     def _ships_need_prefix(self) -> Component:

@@ -82,3 +82,10 @@ def test_an_unpinned_python_package_is_refused(data_copy):
     (data_copy / "components.yaml").write_text(text)
     with pytest.raises(DataError, match=r"components.yaml: torch\.runtime_requirements\.7: String should match"):
         load(data_copy)
+
+
+def test_build_pins_that_miss_the_sources_own_build_requirements_are_refused(data_copy):
+    text = (data_copy / "components.yaml").read_text().replace('"setuptools==80.9.0"', '"setuptools==82.1.0"')
+    (data_copy / "components.yaml").write_text(text)
+    with pytest.raises(DataError, match=r"torch\.\(top level\): Value error, build_requirements do not satisfy .*setuptools>=77.0.0,<82 \(pinned 82.1.0\)"):
+        load(data_copy)
