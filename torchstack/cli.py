@@ -1,4 +1,4 @@
-"""The command line, from arguments to exit status: build (the default), plan, render, list, fetch, bootstrap, test."""
+"""The command line, from arguments to exit status: build (the default), plan, render, list, matrix, fetch, bootstrap, test."""
 
 from __future__ import annotations
 
@@ -244,6 +244,21 @@ def make_cli(catalog: Catalog) -> click.Group:
                 click.echo(f"{target.name:<14} {target.arch:<8} {target.flag:<22} GCC {target.gcc}+{aliases}")
             click.echo(f"{'native':<14} {'any':<8} resolved from this host's /proc/cpuinfo")
             click.echo(f"{'custom':<14} {'any':<8} read from --custom-target FILE")
+
+    @cli.command("matrix")
+    @click.option("--format", "form", type=click.Choice(["github", "gitlab", "json"]), default="json", show_default=True,
+                  help="github: strategy.matrix (include); gitlab: parallel:matrix; json: a list of jobs.")
+    @click.option("--arch", help="Only this architecture.")
+    @click.option("--backend", help="Only this backend.")
+    @click.option("--build-target", "target", help="Only this build target.")
+    @click.option("--distribution", help="Only this Debian release.")
+    @click.option("--torch-from", "torch_from", type=click.Choice(["source", "wheel"]), default="source", show_default=True)
+    @click.option("--release", help="Release in the tags, rYY.MM (default: this UTC month).")
+    def matrix_command(form: str, torch_from: str, release: str | None, **filters) -> None:
+        """Print the CI build matrix: every allowed build, each on a native runner, with its tag."""
+        from torchstack.matrix import jobs, render
+
+        click.echo(render(jobs(catalog, filters, torch_from=torch_from, release=release), form))
 
     @cli.command("fetch")
     @click.option("--source-mirror", help="Folder or URL to take sources from instead of upstream.")

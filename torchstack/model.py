@@ -46,6 +46,13 @@ class Runtime(Frozen):
     env: dict[str, RuntimeSetting] = {}
 
 
+class Runners(Frozen):
+    """CI runner labels of machines of one architecture (native: no emulation in CI)."""
+
+    github: tuple[str, ...] = Field(min_length=1)  # runs-on labels
+    gitlab: tuple[str, ...] = Field(min_length=1)  # runner tags
+
+
 class Architecture(Frozen):
     name: str
     debian: str
@@ -53,6 +60,7 @@ class Architecture(Frozen):
     qemu: str
     cpuinfo_features: str
     default_backend: str
+    runners: Runners
     torch_env: dict[str, str] = {}
     runtime: Runtime = Runtime()
 

@@ -1,0 +1,90 @@
+"""The CI build matrix: every build the rules allow, as one job on a native runner of its architecture."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from datetime import datetime
+
+import yaml
+
+from torchstack.errors import UsageProblem
+from torchstack.model import Catalog
+from torchstack.plan import Request
+from torchstack.planner import make_plan
+from torchstack.selection import combinations
+
+FORMATS = ("github", "gitlab", "json")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One build of the matrix: what to pass to ./build.py, where it runs, what tag it makes."""
+
+    name: str
+    arch: str
+    backend: str
+    target: str
+    distribution: str
+    runs_on: list[str]  # GitHub Actions runner labels
+    gitlab_tags: list[str]  # GitLab runner tags
+    args: str  # the ./build.py arguments, one string
+    tag: str  # the release tag the job produces
+
+
+def jobs(catalog: Catalog, filters: dict[str, str | None], torch_from: str = "source",
+         release: str | None = None, now: datetime | None = None) -> list[Job]:  # fmt: skip
+    """The allowed builds that match every given filter (arch, backend, target, distribution)."""
+    _check_filters(catalog, filters)
+    found = []
+    methods = {} if torch_from == "source" else {"torch": torch_from}
+    for backend, target, distribution in combinations(catalog, torch_from):
+        wanted = {"arch": target.arch, "backend": backend.name, "target": target.name, "distribution": distribution.name}
+        if any(filters.get(key) not in (None, value) for key, value in wanted.items() if key != "target"):
+            continue
+        if filters.get("target") not in (None, target.name, *target.aliases):
+            continue
+        plan = make_plan(catalog, Request(
+            backend=backend.name, arch=target.arch, build_target=target.name, distribution=distribution.name,
+            methods=methods, torch_wheel="index" if torch_from == "wheel" else None, release=release, now=now,
+        ))  # fmt: skip
+        args = ["--backend", backend.name, "--build-target", target.name, "--distribution", distribution.name]
+        if torch_from != "source":
+            args += ["--torch-from", torch_from, "--torch-wheel", "index"]
+        arch = catalog.architectures[target.arch]
+        found.append(Job(
+            name=f"{backend.name} {target.name} {distribution.name}",
+            arch=target.arch, backend=backend.name, target=target.name, distribution=distribution.name,
+            runs_on=list(arch.runners.github), gitlab_tags=list(arch.runners.gitlab),
+            args=" ".join(args), tag=plan.release_tag,
+        ))  # fmt: skip
+    if not found:
+        given = ", ".join(f"--{k} {v}" for k, v in filters.items() if v)
+        raise UsageProblem(f"no allowed build matches {given or 'the catalog'} (torch from {torch_from})")
+    return found
+
+
+def render(found: list[Job], form: str) -> str:
+    """The matrix as GitHub's strategy.matrix (include), GitLab's parallel:matrix, or plain JSON."""
+    if form == "github":
+        return json.dumps({"include": [asdict(job) for job in found]}, indent=None)
+    if form == "gitlab":
+        entries = [
+            {"ARCH": j.arch, "BACKEND": j.backend, "TARGET": j.target, "DISTRIBUTION": j.distribution,
+             "BUILD_ARGS": j.args, "RUNNER": j.gitlab_tags[0], "TAG": j.tag}
+            for j in found
+        ]  # fmt: skip
+        return yaml.safe_dump({"parallel": {"matrix": entries}}, sort_keys=False, width=200)
+    return json.dumps([asdict(job) for job in found], indent=2)
+
+
+def _check_filters(catalog: Catalog, filters: dict[str, str | None]) -> None:
+    valid = {
+        "arch": sorted(catalog.architectures),
+        "backend": sorted(catalog.backends),
+        "target": catalog.target_names(),
+        "distribution": sorted(catalog.distributions),
+    }
+    for key, value in filters.items():
+        if value is not None and value not in valid[key]:
+            raise UsageProblem(f"unknown --{key.replace('target', 'build-target')} {value!r}; valid: {', '.join(valid[key])}")
