@@ -173,8 +173,8 @@ class Component(Frozen):
     # The final stage copies exactly these, the loader's path gets their folders, and the image
     # checks require every one to resolve.
     ships: tuple[ShippedPattern, ...] = ()
-    # What the other components' builds are told about this one (torch's OpenBLAS_HOME,
-    # ACL_ROOT_DIR, numpy's PKG_CONFIG_PATH), with {prefix} the prefix of the way it was obtained.
+    # What the builds of the components that `use` this one are told about it (torch's
+    # OpenBLAS_HOME, ACL_ROOT_DIR, numpy's PKG_CONFIG_PATH), {prefix} being where it was put.
     exports: dict[str, str] = {}
     uses: tuple[str, ...] = ()  # the components whose exports its build reads, when the build has them
     # The part of a build target this component is tuned by (targets.yaml: openblas, acl, zdnn);
