@@ -78,6 +78,10 @@ class Distribution(Frozen):
 class OpenBLASTuning(Frozen):
     target: str
     dynamic_arch: bool = False
+    # BUILD_BFLOAT16=1: OpenBLAS exports sbgemm_ (bf16 GEMM), which torch then calls for bf16
+    # matmuls before oneDNN. Only where OpenBLAS has bf16 kernels for the target (or, on aarch64,
+    # as PyTorch's own builds do): elsewhere its generic C kernel is several times slower.
+    bf16: bool = False
 
 
 class ACLTuning(Frozen):

@@ -86,8 +86,7 @@ def openblas(inputs: RecipeInputs) -> dict[str, str]:
         "NUM_THREADS=256",
         "NO_STATIC=1",
         "COMMON_OPT=-O2",
-        # sbgemm_ (bf16 GEMM): torch probes for it; kernels where the target has them, C elsewhere
-        "BUILD_BFLOAT16=1",
+        *(["BUILD_BFLOAT16=1"] if tuning.bf16 else []),  # sbgemm_, where it is fast (targets.yaml)
         # Build for the target, never run it: no self-tests on a build host that may lack the
         # target's instructions (x86-64-v4 on an AVX2 host, neoverse-v2 on a Graviton2, qemu).
         "CROSS=1",

@@ -91,7 +91,7 @@ def test_zdnn_on_z16(plan_for):
         "ZDNN_CFLAGS": "-O3 -march=arch14 -mzvector",
         "JOBS": "4",
     }
-    assert env_of(plan, "openblas")["OPENBLAS_MAKE_FLAGS"] == "TARGET=Z14 USE_OPENMP=1 NUM_THREADS=256 NO_STATIC=1 COMMON_OPT=-O2 BUILD_BFLOAT16=1 CROSS=1"
+    assert env_of(plan, "openblas")["OPENBLAS_MAKE_FLAGS"] == "TARGET=Z14 USE_OPENMP=1 NUM_THREADS=256 NO_STATIC=1 COMMON_OPT=-O2 CROSS=1"
     torch = env_of(plan, "torch")
     assert (torch["USE_MKLDNN"], torch["USE_XNNPACK"], torch["CFLAGS"]) == ("0", "0", "-O2 -march=arch14")
 
@@ -135,6 +135,7 @@ def test_every_backend_and_target_passes_the_targets_flags(catalog, plan_for):
                 openblas = env_of(plan, "openblas")["OPENBLAS_MAKE_FLAGS"].split()
                 assert f"TARGET={target.openblas.target}" in openblas
                 assert ("DYNAMIC_ARCH=1" in openblas) == target.openblas.dynamic_arch
+                assert ("BUILD_BFLOAT16=1" in openblas) == target.openblas.bf16
                 for name in ("numpy", "torch"):
                     env = env_of(plan, name)
                     assert env["CFLAGS"] == env["CXXFLAGS"] == f"-O2 {target.flag}"
@@ -269,3 +270,14 @@ def test_runtime_defaults_are_data_and_documented_ones_stay_unset(plan_for):
     documented = build_info(arm)["runtime_env"]["ONEDNN_DEFAULT_FPMATH_MODE"]
     assert documented["default"] is False and documented["value"] == "BF16" and documented["why"]
     assert plan_for(backend="zdnn").payload.env == {}  # nothing measured or documented to help on IBM Z yet
+
+
+def test_openblas_bf16_gemm_only_where_it_is_fast(plan_for):
+    """torch calls OpenBLAS's sbgemm_ for bf16 matmuls before oneDNN: build it for COOPERLAKE
+    (znver4), which has bf16 kernels, and on aarch64 as PyTorch does; not for SKYLAKEX or HASWELL,
+    where OpenBLAS falls back to a generic C kernel."""
+    flags = {t: env_of(plan_for(build_target=t, distribution="trixie"), "openblas")["OPENBLAS_MAKE_FLAGS"].split()
+             for t in ("znver4", "x86-64-v4", "x86-64-v3", "neoverse-n2")}  # fmt: skip
+    assert {t: "BUILD_BFLOAT16=1" in f for t, f in flags.items()} == {
+        "znver4": True, "x86-64-v4": False, "x86-64-v3": False, "neoverse-n2": True,
+    }
