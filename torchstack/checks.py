@@ -1,24 +1,80 @@
-"""Running the testinfra checks under tests/image/ that apply to an image."""
+"""Running the testinfra checks under tests/image/ that apply to an image, once per image ID."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import platform
 import re
 import subprocess
 import sys
 from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
 
 import docker
 
+from torchstack import sources
 from torchstack.errors import ToolkitError, UsageProblem
 from torchstack.model import ROOT, Catalog
 
 CHECKS = ROOT / "tests" / "image"
+# What decides a check's outcome besides the image: the checks, the toolkit they import, its data,
+# the test tools, and the CPU they run on (the CPU guard and the examples' kernels depend on it).
+CHECK_INPUTS = (CHECKS, ROOT / "torchstack", ROOT / "tests" / "conftest.py")
 
 
 @dataclass(frozen=True)
 class CheckOutcome:
     passed: bool
     summary: str
+    reused: bool = False
+
+
+def checks_fingerprint(stage: str, backend: str | None) -> str:
+    """A digest of everything besides the image that decides the checks' outcome."""
+    digest = hashlib.sha256(f"{stage}\0{backend}\0{platform.machine()}\0".encode())
+    for root in CHECK_INPUTS:
+        files = sorted(root.rglob("*")) if root.is_dir() else [root]
+        for path in files:
+            if path.is_file() and "__pycache__" not in path.parts:
+                digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    for package in ("pytest", "pytest-testinfra", "docker"):
+        digest.update(f"{package}={metadata.version(package)}\0".encode())
+    with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+        flags = {line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith(("flags", "Features", "features"))}
+    digest.update(" ".join(sorted(flags)).encode())
+    return digest.hexdigest()
+
+
+def _record_path(image_id: str) -> Path:
+    return sources.state_dir() / "checks" / f"{image_id.removeprefix('sha256:')}.json"
+
+
+def earlier_pass(image_id: str, fingerprint: str) -> str | None:
+    """The summary of checks that passed on this image ID with these inputs, if any did."""
+    try:
+        records = json.loads(_record_path(image_id).read_text())
+    except (OSError, ValueError):
+        return None
+    found = records.get(fingerprint) if isinstance(records, dict) else None
+    return found if isinstance(found, str) else None
+
+
+def remember_pass(image_id: str, fingerprint: str, summary: str) -> None:
+    """Record a pass; written whole and renamed into place, so a crash leaves no torn record."""
+    path = _record_path(image_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    records = {}
+    try:
+        records = json.loads(path.read_text())
+    except (OSError, ValueError):
+        pass
+    records = {**(records if isinstance(records, dict) else {}), fingerprint: summary}
+    partial = path.with_suffix(f".{os.getpid()}.tmp")
+    partial.write_text(json.dumps(records, indent=1) + "\n")
+    partial.replace(path)
 
 
 def stage_lineage(catalog: Catalog, stage: str) -> list[str]:
@@ -38,9 +94,13 @@ def run_checks(
     backend: str | None = None,
     stage: str | None = None,
     quiet: bool = False,
+    reuse: bool = False,
 ) -> CheckOutcome:
+    """Run the checks for the image's stage; with `reuse`, a pass already recorded for the same
+    image ID and the same check inputs (`checks_fingerprint`) stands instead of a new run."""
     try:
-        labels = client.images.get(image).labels or {}
+        found = client.images.get(image)
+        labels = found.labels or {}
     except docker.errors.ImageNotFound:
         raise ToolkitError(f"image {image} is not in the engine") from None
     stage = stage or labels.get("io.torchstack.stage") or "final"
@@ -49,6 +109,9 @@ def run_checks(
     backend = backend or labels.get("io.torchstack.backend")
     if backend is not None and backend not in catalog.backends:
         raise UsageProblem(f"--backend {backend!r}: valid: {', '.join(sorted(catalog.backends))}")
+    fingerprint = checks_fingerprint(stage, backend)
+    if reuse and (summary := earlier_pass(found.id, fingerprint)):
+        return CheckOutcome(passed=True, summary=summary, reused=True)
     folders = [str(CHECKS / name) for name in stage_lineage(catalog, stage) if (CHECKS / name).is_dir()]
     command = [
         sys.executable, "-m", "pytest", *folders, "--rootdir", str(ROOT), "-p", "no:cacheprovider",
@@ -64,4 +127,6 @@ def run_checks(
     summary = ", ".join(f"{n} {word}" for n, word in counts) if counts else f"pytest exit status {result.returncode}"
     if result.returncode not in (0, 1):
         raise ToolkitError(f"the checks of {image} could not run (pytest exit status {result.returncode})")
+    if result.returncode == 0:
+        remember_pass(found.id, fingerprint, summary)
     return CheckOutcome(passed=result.returncode == 0, summary=summary)

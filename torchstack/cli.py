@@ -170,6 +170,8 @@ def make_cli(catalog: Catalog) -> click.Group:
         @click.option("--no-cache", is_flag=True, help="Build every step again.")
         @click.option("--dry-run", is_flag=True, help="Print the plan; touch no Docker engine.")
         @click.option("--no-test", is_flag=True, help="Skip the image checks after the final stage.")
+        @click.option("--recheck", is_flag=True,
+                      help="Run the image checks even if they passed on this image ID with the same checks before.")
         @click.option("--quiet", is_flag=True, help="No live view; print only the result.")
         @click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path),
                       help="Write a machine-readable summary (images, tags, sizes, times) here.")

@@ -116,8 +116,13 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
         top = plan.stages[-1]
         if test_images:
             view.note(f"torchstack: checking {top.image}")
-            outcome = checks.run_checks(client, catalog, top.image, quiet=options.get("quiet", False))
+            outcome = checks.run_checks(
+                client, catalog, top.image, quiet=options.get("quiet", False), reuse=not options.get("recheck"),
+            )  # fmt: skip
             checks_summary = outcome.summary
+            if outcome.reused:
+                checks_summary += " (earlier, on this same image ID with the same checks; --recheck runs them again)"
+                view.note(f"torchstack: checks passed earlier on this image ID: {outcome.summary}")
             if not outcome.passed:
                 raise ChecksFailed(f"checks of {top.image} failed ({outcome.summary}); the release tag was not applied")
         if top.name == RELEASE_STAGE:

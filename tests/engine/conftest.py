@@ -86,9 +86,10 @@ def client():
 
 @pytest.fixture(scope="session")
 def x86_build(client, tmp_path_factory):
-    """The full x86_64 chain, built once per session; its JSON summary."""
+    """The full x86_64 chain, built once per session; its JSON summary. --recheck: the image checks
+    run in every test session, even on an image whose ID passed them in an earlier one."""
     summary = tmp_path_factory.mktemp("x86") / "summary.json"
-    result = run_build_py(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--json", str(summary))
+    result = run_build_py(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--json", str(summary), "--recheck")
     assert result.returncode == 0, f"the x86_64 build failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
     return json.loads(summary.read_text())
 
