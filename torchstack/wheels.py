@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 import sys
@@ -104,16 +105,29 @@ def download_from_index(dest: Path, arch: str, python: str, version: str, index_
     return pick_from_folder(dest, arch, python, version)
 
 
+@functools.lru_cache(maxsize=8)
+def _read_wheel(path: Path, size: int, mtime_ns: int) -> tuple[frozenset[str], str | None]:
+    """A wheel's file base names and its torch/version.py, read in one pass over its index (a
+    torch wheel is hundreds of MB; size and mtime in the key: a replaced file is read again)."""
+    with zipfile.ZipFile(path) as wheel:
+        names = wheel.namelist()
+        version_py = wheel.read("torch/version.py").decode() if "torch/version.py" in names else None
+    return frozenset(name.rsplit("/", 1)[-1] for name in names), version_py
+
+
+def _wheel(path: Path) -> tuple[frozenset[str], str | None]:
+    stat = path.stat()
+    return _read_wheel(path.resolve(), stat.st_size, stat.st_mtime_ns)
+
+
 def torch_version_of(path: Path) -> str:
     """torch.__version__ as the wheel will report it (torch/version.py), e.g. 2.8.0+cpu.
 
     It can differ from the file name: PyPI's aarch64 torch-2.8.0 wheel reports 2.8.0+cpu.
     """
-    with zipfile.ZipFile(path) as wheel:
-        try:
-            text = wheel.read("torch/version.py").decode()
-        except KeyError:
-            return WheelName.parse(path.name).version
+    text = _wheel(path)[1]
+    if text is None:
+        return WheelName.parse(path.name).version
     match = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
     return match[1] if match else WheelName.parse(path.name).version
 
@@ -124,7 +138,7 @@ def check_contents(path: Path, backend: str, markers: tuple[str, ...], excludes:
     Every marker must start the name of a file in the wheel (e.g. libarm_compute: ACL is
     inside); no exclude may (e.g. libtorch_cuda: a CUDA build, which needs the CUDA toolkit).
     """
-    basenames = {name.rsplit("/", 1)[-1] for name in zipfile.ZipFile(path).namelist()}
+    basenames = _wheel(path)[0]
     missing = [m for m in markers if not any(n.startswith(m) for n in basenames)]
     if missing:
         raise UsageProblem(

@@ -1,0 +1,40 @@
+"""The benchmark produces its figures (its short mode, on the chain the session built); no timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.engine.conftest import x86_wheelhouse
+from torchstack.model import ROOT
+
+pytestmark = pytest.mark.engine
+
+
+def test_the_benchmark_prints_and_writes_every_figure(x86_build, tmp_path):
+    figures_file = tmp_path / "figures.json"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--short", "--wheelhouse", x86_wheelhouse(), "--json", str(figures_file)],
+        capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    figures = json.loads(figures_file.read_text())
+    print(result.stdout)
+    assert figures["images"]["ours"] == x86_build["final_image"]
+    inference = figures["inference"]
+    for row in inference["workloads"].values():
+        assert row["ours_s"] > 0 and row["plain_s"] > 0 and row["ratio"] > 0 and row["defaults_ratio"] > 0
+    assert inference["compile"]["speedup"] > 0
+    assert inference["compile"]["plain_image"].startswith("fails:"), "the plain image has no compiler"
+    noop = figures["overhead"]["noop"]
+    assert noop["toolkit_s"] > 0 and noop["docker_build_s"] > 0
+    assert noop["same_images"], "docker build of the rendered Dockerfiles must reach the toolkit's very images"
+    assert figures["overhead"]["matrix"]["jobs"] > 0
+    size = figures["size"]
+    assert size["venv"] > 0 and size["payload"] > size["os_image"] and size["final"] > 0 and size["plain"] > 0
+    assert set(figures["goals"]) >= {"eager_median_ratio", "compile_speedup", "noop_overhead", "final_over_payload"}
+    for line in ("1. inference", "2. toolkit overhead", "3. size"):
+        assert line in result.stdout
