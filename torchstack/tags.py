@@ -42,6 +42,15 @@ def tag_safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", text)
 
 
+def tag_version(version: str) -> str:
+    """A torch version as the tag names it. Every image here is a CPU build, so PyTorch's `+cpu`
+    local label is left out (it stays in the labels and the build-info): `-cpu-` next to the
+    backend would read as part of it. Any other local label tells two builds apart and is kept,
+    joined with a dot so it stays with the version: 2.13.0+git1a2b -> 2.13.0.git1a2b."""
+    public, _, local = version.partition("+")
+    return tag_safe(public if local in ("", "cpu") else f"{public}.{local}")
+
+
 def release_tag(release: str, torch_version: str, backend: str, variants: tuple[str, ...] = ()) -> str:
     """r<yy>.<mm>-torch-<ver>-<backend>[-<variant>...]: e.g. r26.11-torch-2.13.0-onednn-acl.
 
@@ -49,5 +58,5 @@ def release_tag(release: str, torch_version: str, backend: str, variants: tuple[
     a non-generic target, the architecture when the backend has several, and every
     component not compiled from its pinned source (e.g. torch.wheel, openblas.distro).
     """
-    tag = "-".join([release, "torch", tag_safe(torch_version), backend, *variants])
+    tag = "-".join([release, "torch", tag_version(torch_version), backend, *variants])
     return check_tag(tag)

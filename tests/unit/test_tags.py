@@ -13,8 +13,15 @@ def test_the_canonical_tag():
     assert release_tag("r26.11", "2.13.0", "onednn-acl") == "r26.11-torch-2.13.0-onednn-acl"
 
 
-def test_a_local_version_becomes_a_valid_tag():
-    assert release_tag("r26.11", "2.13.0+cpu", "onednn") == "r26.11-torch-2.13.0-cpu-onednn"
+def test_the_cpu_local_version_is_left_out_of_the_tag():
+    """Every image is a CPU build: `-cpu-` beside the backend would read as part of it."""
+    assert release_tag("r26.11", "2.13.0+cpu", "onednn") == "r26.11-torch-2.13.0-onednn"
+
+
+def test_another_local_version_stays_with_the_version():
+    """A wheel built with its own local label is another build: it keeps a name of its own."""
+    tag = release_tag("r26.11", "2.13.0+git1a2b", "onednn")
+    assert tag == "r26.11-torch-2.13.0.git1a2b-onednn" and tag != release_tag("r26.11", "2.13.0+cpu", "onednn")
 
 
 def test_default_release_is_the_current_utc_month():

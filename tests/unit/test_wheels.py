@@ -33,7 +33,7 @@ def wheelhouse(tmp_path):
 def test_an_aarch64_cpu_wheel_with_acl_is_onednn_acl(plan_for, wheelhouse):
     plan = plan_for(backend="onednn-acl", methods={"torch": "wheel"}, torch_wheel=str(wheelhouse), torch_version="2.8.0")
     assert plan.torch_version == "2.8.0+cpu"
-    assert plan.release_tag == "r26.11-torch-2.8.0-cpu-onednn-acl-torch.wheel"
+    assert plan.release_tag == "r26.11-torch-2.8.0-onednn-acl-torch.wheel"
     assert plan.component("torch").env == {"WHEEL": "/opt/torchstack/wheels/torch-2.8.0-cp311-cp311-manylinux_2_28_aarch64.whl"}
 
 

@@ -16,7 +16,7 @@ from tests.image.libs.test_libs import assert_openblas_is_the_openmp_build
 from torchstack import layout
 from torchstack.host import host_arch
 from torchstack.layout import EXAMPLES_DIR as EXAMPLES
-from torchstack.tags import tag_safe
+from torchstack.tags import tag_version
 
 # What torch.compile needs at run time ("full" runtime); a "slim" image ships none of it.
 COMPILERS = ("gcc", "g++", "cc", "c++", "cpp", "as", "ld")
@@ -72,7 +72,9 @@ def test_torch_version_matches_the_tag(python, ours, labels):
     version = python("import torch; print(torch.__version__)").strip()
     assert version == ours["torch_version"], f"expected torch {ours['torch_version']}, found {version}"
     tag = labels.get("org.opencontainers.image.version", "")
-    assert f"-torch-{tag_safe(version)}-" in tag, f"the image's release tag {tag!r} does not name torch {version}"
+    assert f"-torch-{tag_version(version)}-" in tag, f"the image's release tag {tag!r} does not name torch {version}"
+    # The tag leaves a `+cpu` local label out; the label keeps the whole version.
+    assert labels.get("io.torchstack.torch.version") == version, f"label torch version, torch says {version}"
 
 
 def test_oci_labels_agree_with_the_tag(labels, ours, image_attrs):
