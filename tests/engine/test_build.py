@@ -11,6 +11,7 @@ import time
 import pytest
 
 from tests.engine.conftest import CA_BUNDLE, X86_ARGS, files_holding, run_build_py, untag, x86_wheelhouse
+from torchstack.tags import tag_version
 
 pytestmark = pytest.mark.engine
 
@@ -23,7 +24,7 @@ def test_x86_chain_builds_a_tagged_final_image_that_runs_torch(client, x86_build
     assert "failed" not in x86_build["checks"] and "passed" in x86_build["checks"], x86_build["checks"]
     out = client.containers.run(final, ["python", "-c", "import torch, numpy; print(torch.__version__)"], remove=True)
     version = out.decode().strip()
-    assert f"-torch-{version.replace('+', '-')}-onednn" in final, f"torch {version} in {final}"
+    assert f"-torch-{tag_version(version)}-onednn" in final and "-cpu-" not in final, f"torch {version} in {final}"
 
 
 def test_a_no_op_rebuild_is_served_from_the_cache(x86_build, tmp_path):

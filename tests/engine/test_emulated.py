@@ -12,7 +12,7 @@ pytestmark = [pytest.mark.engine, pytest.mark.emulated]
 
 # PyPI's aarch64 torch wheels are CPU builds carrying oneDNN with ACL up to torch 2.8; from 2.9
 # on they are CUDA builds, which the toolkit refuses for a CPU image. The 2.8.0 wheel reports
-# itself as 2.8.0+cpu, and that is the version the tag carries.
+# itself as 2.8.0+cpu: the labels carry that, the tag 2.8.0 (every image is a CPU build).
 TORCH = "2.8.0"
 REPORTED = "2.8.0+cpu"
 
