@@ -85,6 +85,28 @@ else
     install_buildx_from_trixie
 fi
 
+# A registry server for the tests of --push and `manifest` (they start their own, on loopback).
+# Installed without starting or enabling the package's own service on port 5000.
+if ! installed docker-registry; then
+    say "installing docker-registry (for the tests; its own service stays off)"
+    policy=/usr/sbin/policy-rc.d ours=
+    if [[ ! -e $policy ]]; then
+        printf '#!/bin/sh\nexit 101\n' > "$policy"
+        chmod +x "$policy"
+        ours=1
+        trap 'rm -f "$policy"' EXIT
+    fi
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-registry > /dev/null
+    if [[ -n $ours ]]; then
+        rm -f "$policy"
+        trap - EXIT
+    fi
+    if command -v systemctl > /dev/null && systemctl is-system-running > /dev/null 2>&1; then
+        systemctl disable --now docker-registry > /dev/null 2>&1 || true
+    fi
+fi
+
 if docker info > /dev/null 2>&1; then
     say "the Docker engine is running"
 else

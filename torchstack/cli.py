@@ -180,6 +180,12 @@ def make_cli(catalog: Catalog) -> click.Group:
         @click.option("--pip-index-url", envvar="PIP_INDEX_URL", metavar="URL", callback=_check_index_url,
                       help="Python package index for pip inside builds, e.g. a local mirror (default: $PIP_INDEX_URL); "
                       "like the CA bundle, never left in an image.")
+        @click.option("--push", is_flag=True,
+                      help="After the checks pass, push the release image to --registry (credentials: the Docker config).")
+        @click.option("--push-stages", is_flag=True,
+                      help="With --push, push the stage images too, so other hosts' builds start from them.")
+        @click.option("--registry", metavar="HOST[:PORT]/NAMESPACE",
+                      help="Where --push sends images, e.g. ghcr.io/acme: the image becomes ghcr.io/acme/torchstack:TAG.")
         @click.option("--source-mirror", help="Folder or URL holding the pinned source files (air-gapped hosts).")
         @click.option("--debian-mirror", help="Debian archive URL for bootstrapping the base image.")
         @functools.wraps(func)
@@ -203,12 +209,19 @@ def make_cli(catalog: Catalog) -> click.Group:
             return
         request = request_from(options)
         plan = make_plan(catalog, request)
+        pushes = []
+        if options["push"] or options["push_stages"]:
+            from torchstack.publish import wanted
+
+            pushes = wanted(plan, options["registry"], options["push_stages"], checked=not options["no_test"])
         if options["dry_run"]:
             click.echo(format_plan(plan))
+            for local, remote in pushes:
+                click.echo(f"push          {local} -> {remote}")
             return
         from torchstack.pipeline import run_build
 
-        run_build(catalog, request, plan, options)
+        run_build(catalog, request, plan, {**options, "pushes": pushes})
 
     @cli.command("plan")
     @with_plan
@@ -250,10 +263,10 @@ def make_cli(catalog: Catalog) -> click.Group:
     @cli.command("matrix")
     @click.option("--format", "form", type=click.Choice(["github", "gitlab", "json"]), default="json", show_default=True,
                   help="github: strategy.matrix (include); gitlab: parallel:matrix; json: a list of jobs.")
-    @click.option("--arch", help="Only this architecture.")
-    @click.option("--backend", help="Only this backend.")
-    @click.option("--build-target", "target", help="Only this build target.")
-    @click.option("--distribution", help="Only this Debian release.")
+    @click.option("--arch", multiple=True, help="Only this architecture (repeat for several).")
+    @click.option("--backend", multiple=True, help="Only this backend (repeat for several).")
+    @click.option("--build-target", "target", multiple=True, help="Only this build target (repeat for several).")
+    @click.option("--distribution", multiple=True, help="Only this Debian release (repeat for several).")
     @click.option("--torch-from", "torch_from", type=click.Choice(["source", "wheel"]), default="source", show_default=True)
     @click.option("--release", help="Release in the tags, rYY.MM (default: this UTC month).")
     def matrix_command(form: str, torch_from: str, release: str | None, **filters) -> None:

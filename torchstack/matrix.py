@@ -32,17 +32,21 @@ class Job:
     tag: str  # the release tag the job produces
 
 
-def jobs(catalog: Catalog, filters: dict[str, str | None], torch_from: str = "source",
+Filters = dict[str, "str | tuple[str, ...] | None"]
+
+
+def jobs(catalog: Catalog, filters: Filters, torch_from: str = "source",
          release: str | None = None, now: datetime | None = None) -> list[Job]:  # fmt: skip
-    """The allowed builds that match every given filter (arch, backend, target, distribution)."""
-    _check_filters(catalog, filters)
+    """The allowed builds that match every given filter (arch, backend, target, distribution).
+    A filter is one value or several (any of them); None or () lets everything through."""
+    given = {key: (value,) if isinstance(value, str) else tuple(value or ()) for key, value in filters.items()}
+    _check_filters(catalog, given)
     found = []
     methods = {} if torch_from == "source" else {"torch": torch_from}
     for backend, target, distribution in combinations(catalog, torch_from):
-        wanted = {"arch": target.arch, "backend": backend.name, "target": target.name, "distribution": distribution.name}
-        if any(filters.get(key) not in (None, value) for key, value in wanted.items() if key != "target"):
-            continue
-        if filters.get("target") not in (None, target.name, *target.aliases):
+        names = {"arch": (target.arch,), "backend": (backend.name,), "target": (target.name, *target.aliases),
+                 "distribution": (distribution.name,)}  # fmt: skip
+        if any(given.get(key) and not set(given[key]) & set(values) for key, values in names.items()):
             continue
         plan = make_plan(catalog, Request(
             backend=backend.name, arch=target.arch, build_target=target.name, distribution=distribution.name,
@@ -59,8 +63,8 @@ def jobs(catalog: Catalog, filters: dict[str, str | None], torch_from: str = "so
             args=" ".join(args), tag=plan.release_tag,
         ))  # fmt: skip
     if not found:
-        given = ", ".join(f"--{k} {v}" for k, v in filters.items() if v)
-        raise UsageProblem(f"no allowed build matches {given or 'the catalog'} (torch from {torch_from})")
+        said = " ".join(f"--{k.replace('target', 'build-target')} {v}" for k, values in given.items() for v in values)
+        raise UsageProblem(f"no allowed build matches {said or 'the catalog'} (torch from {torch_from})")
     return found
 
 
@@ -78,13 +82,14 @@ def render(found: list[Job], form: str) -> str:
     return json.dumps([asdict(job) for job in found], indent=2)
 
 
-def _check_filters(catalog: Catalog, filters: dict[str, str | None]) -> None:
+def _check_filters(catalog: Catalog, filters: dict[str, tuple[str, ...]]) -> None:
     valid = {
         "arch": sorted(catalog.architectures),
         "backend": sorted(catalog.backends),
         "target": catalog.target_names(),
         "distribution": sorted(catalog.distributions),
     }
-    for key, value in filters.items():
-        if value is not None and value not in valid[key]:
-            raise UsageProblem(f"unknown --{key.replace('target', 'build-target')} {value!r}; valid: {', '.join(valid[key])}")
+    for key, values in filters.items():
+        for value in values:
+            if value not in valid[key]:
+                raise UsageProblem(f"unknown --{key.replace('target', 'build-target')} {value!r}; valid: {', '.join(valid[key])}")

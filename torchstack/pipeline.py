@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
-from torchstack import bootstrap, checks, engine, prerequisites, sources
+from torchstack import bootstrap, checks, engine, prerequisites, publish, sources
 from torchstack.errors import ChecksFailed, ToolkitError
 from torchstack.model import Catalog
 from torchstack.metadata import stage_labels
@@ -129,6 +129,10 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
             repository, _, tag = plan.final_image.rpartition(":")
             client.images.get(top.image).tag(repository, tag)
             reports[-1].tags.append(plan.final_image)
+        pushed = [publish.push(client, local, remote, view.note) for local, remote in options.get("pushes", [])]
+        for done in pushed:
+            view.note(f"torchstack: pushed {done.reference} ({done.digest}, {done.layers} layers, "
+                      f"{done.already_there} already there)")  # fmt: skip
 
     total = time.monotonic() - started
     summary = {
@@ -138,6 +142,7 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
         "backend": plan.backend.name,
         "target": plan.target.name,
         "checks": checks_summary,
+        "pushed": [{"reference": p.reference, "digest": p.digest, "layers": p.layers, "attempts": p.attempts} for p in pushed],
         "seconds": round(total, 1),
         "log": str(log_path),
     }

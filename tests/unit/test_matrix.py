@@ -47,6 +47,13 @@ def test_each_filter_yields_exactly_what_the_planner_accepts(catalog, only):
     assert found == accepted(catalog, **only)
 
 
+def test_a_repeated_filter_yields_the_builds_of_each_value(catalog):
+    """`--arch x86_64 --arch aarch64`: what a workflow on GitHub-hosted runners builds."""
+    found = {(j.backend, j.target, j.distribution) for j in jobs(catalog, {**NO_FILTER, "arch": ("x86_64", "aarch64")}, now=NOW)}
+    assert found == accepted(catalog, arch="x86_64") | accepted(catalog, arch="aarch64")
+    assert not any(target.startswith("z1") for _, target, _ in found)
+
+
 def test_each_job_runs_on_its_architectures_native_runner_and_names_its_tag(catalog):
     for job in jobs(catalog, NO_FILTER, release="r26.11", now=NOW):
         assert job.runs_on == list(catalog.architectures[job.arch].runners.github)
@@ -76,7 +83,7 @@ def test_wheel_builds_only_for_backends_a_wheel_can_carry(catalog):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--backend", "zdnn", "--arch", "x86_64"], "no allowed build matches --backend zdnn, --arch x86_64"),
+        (["--backend", "zdnn", "--arch", "x86_64"], "no allowed build matches --backend zdnn --arch x86_64"),
         (["--build-target", "zen9"], "unknown --build-target 'zen9'; valid:"),
         (["--format", "xml"], "Invalid value for '--format'"),
     ],

@@ -1,0 +1,145 @@
+"""Images into a registry: a real registry server (Debian's docker-registry) on loopback, started
+by the tests. The README's x86_64 image is pushed with its stage images, pulled back and checked;
+a registry that needs a login refuses the push in one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.engine.conftest import X86_ARGS, run_build_py, untag, x86_wheelhouse
+
+pytestmark = pytest.mark.engine
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_registry(folder: Path, auth: bool) -> tuple[subprocess.Popen, str]:
+    """A registry on 127.0.0.1 (an address the engine may use over plain HTTP), storing in
+    `folder`. With `auth`, it needs a login that no user has (an empty htpasswd file)."""
+    binary = shutil.which("docker-registry")
+    if not binary:
+        pytest.fail("docker-registry is missing: run scripts/setup-host.sh")
+    port = free_port()
+    config = {
+        "version": 0.1,
+        "log": {"level": "error"},
+        "storage": {"filesystem": {"rootdirectory": str(folder / "data")}},
+        "http": {"addr": f"127.0.0.1:{port}"},
+    }
+    if auth:
+        (folder / "htpasswd").write_text("")
+        config["auth"] = {"htpasswd": {"realm": "torchstack-test", "path": str(folder / "htpasswd")}}
+    (folder / "config.yml").write_text(json.dumps(config))  # JSON is YAML
+    server = subprocess.Popen([binary, "serve", str(folder / "config.yml")], stdout=subprocess.DEVNULL,
+                              stderr=open(folder / "registry.log", "w"))  # fmt: skip
+    address = f"127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(f"http://{address}/v2/", timeout=1)
+            break
+        except urllib.error.HTTPError:
+            break  # 401: up, and asking for a login
+        except OSError:
+            time.sleep(0.1)
+    else:
+        server.kill()
+        pytest.fail(f"docker-registry did not start: {(folder / 'registry.log').read_text()[-2000:]}")
+    return server, address
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory):
+    server, address = start_registry(tmp_path_factory.mktemp("registry"), auth=False)
+    yield address
+    server.terminate()
+    server.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def locked_registry(tmp_path_factory):
+    server, address = start_registry(tmp_path_factory.mktemp("locked"), auth=True)
+    yield address
+    server.terminate()
+    server.wait(timeout=30)
+
+
+def registry_tags(address: str, repository: str) -> list[str]:
+    with urllib.request.urlopen(f"http://{address}/v2/{repository}/tags/list", timeout=10) as answer:
+        return json.load(answer)["tags"] or []
+
+
+@pytest.fixture(scope="module")
+def pushed(client, x86_build, registry, tmp_path_factory):
+    """The README's build again, with --push --push-stages: a no-op rebuild, then the pushes."""
+    summary = tmp_path_factory.mktemp("push") / "summary.json"
+    result = run_build_py(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--json", str(summary),
+                          "--push", "--push-stages", "--registry", f"{registry}/ml")  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    yield json.loads(summary.read_text()), result
+    untag(client, f"{registry}/")
+
+
+def test_push_sends_the_checked_release_image_and_its_stages(client, x86_build, registry, pushed):
+    summary, result = pushed
+    tag = x86_build["release_tag"]
+    references = [p["reference"] for p in summary["pushed"]]
+    expected = [f"{registry}/ml/torchstack-{stage}:{tag}" for stage in ("base", "libs", "tools", "dev")]
+    assert references == [*expected, f"{registry}/ml/torchstack:{tag}"]
+    for reference in references:
+        repository = reference.removeprefix(f"{registry}/").rpartition(":")[0]
+        assert registry_tags(registry, repository) == [tag], reference
+    final = summary["pushed"][-1]
+    assert final["digest"].startswith("sha256:") and final["layers"] > 0
+    # The release image shares every layer but its last ones with the stages pushed before it.
+    assert "already there" in result.stderr + result.stdout
+    assert "pushing" in result.stderr + result.stdout, "the push shows its progress"
+
+
+def test_the_pulled_image_is_the_checked_one_and_passes_its_checks(client, x86_build, registry, pushed):
+    reference = pushed[0]["pushed"][-1]["reference"]
+    client.images.remove(reference)  # only the name: the image keeps its release tag
+    pulled = subprocess.run(["docker", "pull", reference], capture_output=True, text=True, timeout=600)
+    assert pulled.returncode == 0, pulled.stderr
+    assert client.images.get(reference).id == client.images.get(x86_build["final_image"]).id
+    checked = run_build_py("test", reference)
+    assert checked.returncode == 0 and "passed" in checked.stdout + checked.stderr, checked.stdout[-3000:] + checked.stderr[-3000:]
+
+
+def test_a_registry_that_needs_a_login_refuses_in_one_line(client, x86_build, locked_registry, tmp_path):
+    """No credentials in a new Docker config: the push is refused, said in one line, exit 1."""
+    config = tmp_path / "docker-config"
+    config.mkdir()
+    try:
+        result = run_build_py(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--quiet", "--push",
+                              "--registry", f"{locked_registry}/ml", env={"DOCKER_CONFIG": str(config)})  # fmt: skip
+    finally:
+        untag(client, f"{locked_registry}/")
+    errors = [line for line in result.stderr.splitlines() if line.startswith("torchstack: error:")]
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert "refused" in errors[0] and f"docker login {locked_registry}" in errors[0], errors[0]
+
+
+def test_a_registry_that_does_not_answer_is_tried_again_then_one_line(client, x86_build):
+    """Nothing listens on the port: each attempt is refused, said, and tried again, then one line."""
+    address = f"127.0.0.1:{free_port()}"
+    try:
+        result = run_build_py(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--push", "--registry", f"{address}/ml")
+    finally:
+        untag(client, f"{address}/")
+    errors = [line for line in result.stderr.splitlines() if line.startswith("torchstack: error:")]
+    assert result.returncode == 1 and len(errors) == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert "failed after 3 attempt(s)" in errors[0], errors[0]
+    assert (result.stdout + result.stderr).count("trying again in") == 2, result.stdout[-3000:]

@@ -1,0 +1,65 @@
+"""--push before any build: what goes where, and the options that cannot work refused in one line.
+The pushes themselves run against a real registry in tests/engine/test_registry.py."""
+
+import pytest
+from click.testing import CliRunner
+
+from torchstack.cli import make_cli
+from torchstack.errors import UsageProblem
+from torchstack.publish import check_registry, wanted
+
+ARGS = ["--dry-run", "--backend", "onednn-acl", "--release", "r26.11"]
+TAG = "r26.11-torch-2.13.0-onednn-acl"
+
+
+@pytest.mark.parametrize("good", ["ghcr.io/acme", "localhost:5000", "127.0.0.1:5000/ml/team", "registry.example.com/a_b"])
+def test_a_registry_is_a_host_and_a_namespace(good):
+    assert check_registry(good + "/") == good
+
+
+@pytest.mark.parametrize("bad", ["acme", "acme/team", "ghcr.io/Acme", "ghcr.io/a//b"])
+def test_a_registry_without_a_host_is_refused(bad):
+    with pytest.raises(UsageProblem, match="expected HOST"):
+        check_registry(bad)
+
+
+def test_the_release_image_goes_under_the_registry(plan_for):
+    plan = plan_for(backend="onednn-acl", release="r26.11")
+    assert wanted(plan, "ghcr.io/acme", push_stages=False, checked=True) == [
+        (f"torchstack:{TAG}", f"ghcr.io/acme/torchstack:{TAG}")
+    ]
+
+
+def test_push_stages_sends_each_stage_then_the_release_once(plan_for):
+    plan = plan_for(backend="onednn-acl", release="r26.11")
+    sent = [remote for _, remote in wanted(plan, "localhost:5000/ml", push_stages=True, checked=True)]
+    stages = [f"localhost:5000/ml/torchstack-{s}:{TAG}" for s in ("base", "libs", "tools", "dev")]
+    assert sent == [*stages, f"localhost:5000/ml/torchstack:{TAG}"]
+
+
+def test_a_build_that_stops_early_pushes_its_top_stage(plan_for):
+    plan = plan_for(backend="onednn-acl", release="r26.11", build_type="libs")
+    assert wanted(plan, "ghcr.io/acme", push_stages=False, checked=True) == [
+        (f"torchstack-libs:{TAG}", f"ghcr.io/acme/torchstack-libs:{TAG}")
+    ]
+
+
+def test_dry_run_says_what_would_be_pushed(catalog):
+    result = CliRunner().invoke(make_cli(catalog), [*ARGS, "--push", "--registry", "ghcr.io/acme"])
+    assert result.exit_code == 0, result.output
+    assert f"push          torchstack:{TAG} -> ghcr.io/acme/torchstack:{TAG}" in result.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--push"], "--push needs --registry HOST[:PORT]/NAMESPACE"),
+        (["--push-stages"], "--push needs --registry"),
+        (["--push", "--registry", "acme"], "--registry 'acme': expected HOST[:PORT]/NAMESPACE"),
+        (["--push", "--registry", "ghcr.io/acme", "--no-test"], "--push sends only checked images: drop --no-test"),
+    ],
+)
+def test_a_push_that_cannot_work_is_one_line_and_exit_2(catalog, extra, message):
+    result = CliRunner().invoke(make_cli(catalog), [*ARGS, *extra])
+    assert result.exit_code == 2 and message in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output

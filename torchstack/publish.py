@@ -1,0 +1,146 @@
+"""Checked images into a registry, under the names they get there.
+
+A push shows its progress, tries again on a transient failure, says a refusal in one line.
+Credentials come from the Docker config (docker login, credential helpers), as the Docker SDK
+reads it; nothing here prints them."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import docker
+
+from torchstack import tags
+from torchstack.errors import ToolkitError, UsageProblem
+from torchstack.plan import RELEASE_STAGE, Plan
+
+# What a registry or the network says when trying again may help, and when it cannot.
+_TRANSIENT = re.compile(
+    r"connection reset|connection refused|broken pipe|i/o timeout|timeout|EOF|temporar|"
+    r"50[0234]|too many requests|429|net/http: request canceled",
+    re.IGNORECASE,
+)  # fmt: skip
+_AUTH = re.compile(r"unauthorized|authentication required|no basic auth credentials|denied|forbidden", re.IGNORECASE)
+_TLS = re.compile(r"x509|certificate|tls:|HTTP response to HTTPS client", re.IGNORECASE)
+ATTEMPTS = 3
+
+
+class PushFailed(ToolkitError):
+    """The registry refused the push, or it failed after every retry."""
+
+
+@dataclass(frozen=True)
+class Pushed:
+    reference: str  # registry/namespace/repository:tag
+    digest: str  # the manifest's sha256, as the registry reported it
+    layers: int
+    already_there: int  # layers the registry had before this push
+    attempts: int
+
+
+def check_registry(registry: str) -> str:
+    """HOST[:PORT][/NAMESPACE], where HOST names a registry (a dot, a port, or localhost)."""
+    host, _, namespace = registry.strip("/").partition("/")
+    looks_like_host = "." in host or ":" in host or host == "localhost"
+    if not looks_like_host or (namespace and not re.fullmatch(r"[a-z0-9]+(?:[._/-][a-z0-9]+)*", namespace)):
+        raise UsageProblem(
+            f"--registry {registry!r}: expected HOST[:PORT]/NAMESPACE, for example ghcr.io/acme or localhost:5000/ml"
+        )
+    return registry.strip("/")
+
+
+def remote_name(registry: str, local: str) -> str:
+    """The name `local` (repository:tag, without a registry) gets in `registry`."""
+    name = f"{registry}/{local}"
+    tags.check_repository(name.rpartition(":")[0])
+    return name
+
+
+def wanted(plan: Plan, registry: str | None, push_stages: bool, checked: bool) -> list[tuple[str, str]]:
+    """(local name, name in the registry) of each image a build with --push sends, checked before
+    any build starts: the release image (or the top stage, when the build stops earlier), and with
+    --push-stages every stage image, so that another host's build can start from them."""
+    if not registry:
+        raise UsageProblem("--push needs --registry HOST[:PORT]/NAMESPACE, for example --registry ghcr.io/acme")
+    if not checked:
+        raise UsageProblem("--push sends only checked images: drop --no-test")
+    registry = check_registry(registry)
+    top = plan.stages[-1]
+    # The final stage's own name is the release image under its pre-check name: sent once, as the release.
+    names = [stage.image for stage in plan.stages if stage.name != RELEASE_STAGE] if push_stages else []
+    names.append(plan.final_image if top.name == RELEASE_STAGE else top.image)
+    return [(name, remote_name(registry, name)) for name in dict.fromkeys(names)]
+
+
+def push(client: docker.DockerClient, local: str, remote: str, say: Callable[[str], None]) -> Pushed:
+    """Tag `local` as `remote` and push it, trying again on a transient failure."""
+    repository, _, tag = remote.rpartition(":")
+    client.images.get(local).tag(repository, tag)
+    host = repository.split("/", 1)[0]
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            digest, layers, already = _push_once(client, repository, tag, say)
+            return Pushed(remote, digest, len(layers), len(already), attempt)
+        except (docker.errors.APIError, _RegistrySaid, OSError) as problem:
+            message = _one_line(problem)
+            if _AUTH.search(message):
+                raise PushFailed(
+                    f"push of {remote} refused: {message}; log in with `docker login {host}` "
+                    "(credentials are read from the Docker config)"
+                ) from None
+            if _TLS.search(message):
+                raise PushFailed(
+                    f"push of {remote} failed on TLS: {message}; give the engine the registry's CA "
+                    f"(/etc/docker/certs.d/{host}/ca.crt) or, for a plain-HTTP registry, list {host} "
+                    "in the engine's insecure-registries"
+                ) from None
+            if attempt == ATTEMPTS or not _TRANSIENT.search(message):
+                raise PushFailed(f"push of {remote} failed after {attempt} attempt(s): {message}") from None
+            wait = 2**attempt
+            say(f"torchstack: push of {remote}: {message}; trying again in {wait} s ({attempt}/{ATTEMPTS})")
+            time.sleep(wait)
+    raise AssertionError("unreachable")
+
+
+class _RegistrySaid(Exception):
+    """An error the engine streamed back in the middle of a push."""
+
+
+def _push_once(client, repository: str, tag: str, say: Callable[[str], None]) -> tuple[str, set, set]:
+    layers: set[str] = set()
+    done: set[str] = set()
+    already: set[str] = set()
+    digest = ""
+    said, said_at = 0, 0.0
+    for event in client.api.push(repository, tag=tag, stream=True, decode=True):
+        if "error" in event:
+            raise _RegistrySaid(event.get("errorDetail", {}).get("message") or event["error"])
+        status, layer = event.get("status", ""), event.get("id")
+        if layer and status in ("Preparing", "Waiting", "Pushing", "Pushed", "Layer already exists", "Mounted from"):
+            layers.add(layer)
+        if layer and (status in ("Pushed", "Layer already exists") or status.startswith("Mounted from")):
+            done.add(layer)
+            if status != "Pushed":
+                already.add(layer)
+        found = re.search(r"digest: (sha256:[0-9a-f]{64})", status)
+        if found:
+            digest = found[1]
+        now = time.monotonic()
+        if len(done) != said and (now - said_at > 5 or len(done) == len(layers)):
+            say(f"torchstack: pushing {repository}:{tag}: {len(done)}/{len(layers)} layers"
+                + (f" ({len(already)} already there)" if already else ""))  # fmt: skip
+            said, said_at = len(done), now
+    if not digest:
+        raise _RegistrySaid("the engine reported no manifest digest")
+    return digest, layers, already
+
+
+def _one_line(problem: BaseException) -> str:
+    if isinstance(problem, docker.errors.APIError):
+        text = str(problem.explanation or problem)
+    else:
+        text = str(problem)
+    return " ".join(text.split())[:300]
