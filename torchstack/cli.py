@@ -10,8 +10,8 @@ from pathlib import Path
 import click
 import docker.errors
 
-from torchstack import __version__
-from torchstack.errors import DataError, ToolkitError
+from torchstack import __version__, tags
+from torchstack.errors import DataError, ToolkitError, UsageProblem
 from torchstack.model import Catalog, load_catalog
 from torchstack.plan import Plan, Request
 from torchstack.planner import env_line, make_plan
@@ -301,6 +301,31 @@ def make_cli(catalog: Catalog) -> click.Group:
         prerequisites.require(plan, bootstrap=True)
         image = bootstrap.ensure_base_image(engine.connect(), plan, debian_mirror, force=force)
         click.echo(image)
+
+    @cli.command("manifest")
+    @click.argument("target")
+    @click.argument("sources", nargs=-1, required=True)
+    @click.option("--arch", "arches", multiple=True, required=True,
+                  help=f"An architecture the tag must hold, one of {', '.join(catalog.architectures)} (repeat).")
+    def manifest_command(target: str, sources: tuple[str, ...], arches: tuple[str, ...]) -> None:
+        """Join per-architecture images in a registry (SOURCES) as one multi-architecture tag (TARGET).
+
+        For example: manifest ghcr.io/acme/torchstack:r26.11-torch-2.13.0-openblas
+        ghcr.io/acme/torchstack:r26.11-torch-2.13.0-openblas-x86_64
+        ghcr.io/acme/torchstack:r26.11-torch-2.13.0-openblas-aarch64 --arch x86_64 --arch aarch64
+        """
+        from torchstack.publish import join_architectures
+
+        unknown = [a for a in arches if a not in catalog.architectures]
+        if unknown:
+            raise UsageProblem(f"unknown --arch {unknown[0]!r}; valid: {', '.join(catalog.architectures)}")
+        try:
+            tags.check_repository(target.rpartition(":")[0] if ":" in target.rsplit("/", 1)[-1] else target)
+        except UsageProblem:
+            raise UsageProblem(f"{target}: not a valid image name (HOST[:PORT]/NAME:TAG, lowercase)") from None
+        expected = {a: catalog.architectures[a].docker.split("/", 1)[1] for a in dict.fromkeys(arches)}
+        digest = join_architectures(target, list(sources), expected, lambda line: click.echo(line, err=True))
+        click.echo(f"{target}@{digest}")
 
     @cli.command("test")
     @click.argument("image")

@@ -6,7 +6,10 @@ reads it; nothing here prints them."""
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import re
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -144,3 +147,65 @@ def _one_line(problem: BaseException) -> str:
     else:
         text = str(problem)
     return " ".join(text.split())[:300]
+
+
+def join_architectures(target: str, sources: list[str], expected: dict[str, str], say: Callable[[str], None]) -> str:
+    """One multi-architecture tag, `target`, over per-architecture images already in the registry.
+
+    `expected` maps each architecture the tag must hold to its Docker name (aarch64: arm64). A
+    source the registry lacks, two sources of one architecture, an architecture missing or one
+    not asked for: refused in one line, nothing made. Returns the digest of the pushed list."""
+    host = target.split("/", 1)[0]
+    insecure = ["--insecure"] if _loopback(host) else []  # as the engine: plain HTTP on loopback only
+    wanted_by_docker = {docker_arch: name for name, docker_arch in expected.items()}
+    found: dict[str, str] = {}
+    for source in sources:
+        if source.split("/", 1)[0] != host:
+            raise UsageProblem(f"{source}: not in {host}, where {target} goes; push it there first")
+        for platform in _platforms(source, insecure):
+            arch = wanted_by_docker.get(platform)
+            if arch is None:
+                raise UsageProblem(f"{source} is a {platform} image; asked for {', '.join(expected)} only (--arch)")
+            if arch in found:
+                raise UsageProblem(f"{source} and {found[arch]} are both {arch} images: one per architecture")
+            found[arch] = source
+    missing = [arch for arch in expected if arch not in found]
+    if missing:
+        raise UsageProblem(f"no image for {', '.join(missing)} among the sources; {target} was not made")
+    say(f"torchstack: joining {', '.join(f'{arch} ({found[arch]})' for arch in expected)} as {target}")
+    _docker("manifest", "create", "--amend", *insecure, target, *found.values())
+    pushed = _docker("manifest", "push", "--purge", *insecure, target)
+    digest = re.search(r"sha256:[0-9a-f]{64}", pushed)
+    if not digest:
+        raise PushFailed(f"docker manifest push {target} reported no digest: {pushed.strip()[:200]}")
+    return digest[0]
+
+
+def _platforms(source: str, insecure: list[str]) -> list[str]:
+    """The Docker architecture of each image `source` names in its registry."""
+    answer = json.loads(_docker("manifest", "inspect", "--verbose", *insecure, source, missing_is_usage=True))
+    entries = answer if isinstance(answer, list) else [answer]
+    return [entry["Descriptor"]["platform"]["architecture"] for entry in entries]
+
+
+def _docker(*args: str, missing_is_usage: bool = False) -> str:
+    result = subprocess.run(["docker", *args], capture_output=True, text=True)
+    if result.returncode != 0:
+        message = " ".join(result.stderr.split())[:300]
+        if _AUTH.search(message):
+            host = args[-1].split("/", 1)[0]
+            raise PushFailed(f"docker {' '.join(args[:2])}: {message}; log in with `docker login {host}`")
+        if missing_is_usage and re.search(r"no such manifest|not found|manifest unknown", message, re.IGNORECASE):
+            raise UsageProblem(f"{args[-1]}: not in the registry ({message})")
+        raise PushFailed(f"docker {' '.join(args[:2])} {args[-1]} failed: {message}")
+    return result.stdout
+
+
+def _loopback(host: str) -> bool:
+    name = host.rsplit(":", 1)[0].strip("[]") if host.count(":") <= 1 or host.startswith("[") else host
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False

@@ -35,6 +35,13 @@ def x86_wheelhouse() -> str:
 X86_ARGS = ["--torch-from", "wheel", "--openblas-from", "distro", "--ca-bundle", str(CA_BUNDLE)]
 
 
+# The arm64 image the emulated tests build: PyPI's aarch64 torch wheels are CPU builds carrying
+# oneDNN with ACL up to torch 2.8; from 2.9 on they are CUDA builds, which the toolkit refuses for
+# a CPU image. The 2.8.0 wheel reports itself as 2.8.0+cpu: the labels carry that, the tag 2.8.0.
+ARM64_ARGS = ["--backend", "onednn-acl", "--torch-from", "wheel", "--torch-wheel", "index", "--torch-version", "2.8.0",
+              "--openblas-from", "distro", "--numpy-from", "wheel", "--ca-bundle", str(CA_BUNDLE)]  # fmt: skip
+
+
 def run_build_py(*args: str, cwd: Path = ROOT, timeout: int = 3000, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, str(cwd / "build.py"), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
@@ -91,6 +98,15 @@ def x86_build(client, tmp_path_factory):
     summary = tmp_path_factory.mktemp("x86") / "summary.json"
     result = run_build_py(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--json", str(summary), "--recheck")
     assert result.returncode == 0, f"the x86_64 build failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
+    return json.loads(summary.read_text())
+
+
+@pytest.fixture(scope="session")
+def arm64_build(client, tmp_path_factory):
+    """The arm64 onednn-acl chain under qemu, built once per session; its JSON summary."""
+    summary = tmp_path_factory.mktemp("arm64") / "summary.json"
+    result = run_build_py(*ARM64_ARGS, "--json", str(summary), "--recheck")
+    assert result.returncode == 0, f"the arm64 build failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
     return json.loads(summary.read_text())
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine.conftest import X86_ARGS, run_build_py, untag, x86_wheelhouse
+from tests.engine.conftest import ARM64_ARGS, X86_ARGS, run_build_py, untag, x86_wheelhouse
 
 pytestmark = pytest.mark.engine
 
@@ -143,3 +143,38 @@ def test_a_registry_that_does_not_answer_is_tried_again_then_one_line(client, x8
     assert result.returncode == 1 and len(errors) == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert "failed after 3 attempt(s)" in errors[0], errors[0]
     assert (result.stdout + result.stderr).count("trying again in") == 2, result.stdout[-3000:]
+
+
+@pytest.mark.emulated
+def test_manifest_joins_the_x86_64_and_the_emulated_arm64_image(client, x86_build, arm64_build, registry, pushed):
+    """The two images CI builds, one multi-architecture tag; refused while an architecture is missing."""
+    sent = run_build_py(*ARM64_ARGS, "--push", "--registry", f"{registry}/ml", "--quiet")
+    assert sent.returncode == 0, sent.stdout[-3000:] + sent.stderr[-3000:]
+    x86 = pushed[0]["pushed"][-1]["reference"]
+    arm64 = f"{registry}/ml/torchstack:{arm64_build['release_tag']}"
+    target = f"{registry}/ml/torchstack:r26.11-multiarch"
+    both = ["--arch", "x86_64", "--arch", "aarch64"]
+
+    refused = run_build_py("manifest", target, x86, *both)
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        f"torchstack: error: no image for aarch64 among the sources; {target} was not made"
+    ], refused.stderr
+    assert "r26.11-multiarch" not in registry_tags(registry, "ml/torchstack")
+    twice = run_build_py("manifest", target, x86, x86, *both)
+    assert twice.returncode == 2 and "both x86_64 images" in twice.stderr, twice.stderr
+
+    made = run_build_py("manifest", target, x86, arm64, *both)
+    assert made.returncode == 0, made.stderr[-3000:]
+    request = urllib.request.Request(f"http://{registry}/v2/ml/torchstack/manifests/r26.11-multiarch", headers={
+        "Accept": "application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.oci.image.index.v1+json"})  # fmt: skip
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        listed = json.load(answer)
+    assert sorted(m["platform"]["architecture"] for m in listed["manifests"]) == ["amd64", "arm64"]
+    # Pulled for arm64, the tag gives the arm64 image itself.
+    client.images.remove(arm64)
+    pulled = subprocess.run(["docker", "pull", "--platform", "linux/arm64", target], capture_output=True, text=True, timeout=900)
+    try:
+        assert pulled.returncode == 0, pulled.stderr
+        assert client.images.get(target).id == client.images.get(arm64_build["final_image"]).id
+    finally:
+        untag(client, f"{registry}/")
