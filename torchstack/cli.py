@@ -82,8 +82,13 @@ def _resolve_builder(choice: str, methods: dict[str, str]) -> str:
 
 def request_from(options: dict) -> Request:
     methods = {k.removeprefix("from_"): v for k, v in options.items() if k.startswith("from_") and v != "source"}
+    builder = options["builder"]
+    if options.get("buildx_builder"):
+        if builder == "docker":
+            raise UsageProblem("--buildx-builder names a BuildKit builder: use it with --builder buildx (or auto)")
+        builder = "buildx"
     return Request(
-        builder=_resolve_builder(options["builder"], methods),
+        builder=_resolve_builder(builder, methods),
         build_type=options["build_type"],
         backend=options["backend"],
         build_target=options["build_target"],
@@ -130,6 +135,36 @@ def format_plan(plan: Plan) -> str:
         for c in stage.components:
             if c.env:
                 lines.append(f"         {c.name}: {env_line(c.env)}")
+    return "\n".join(lines)
+
+
+def format_inspection(report: dict) -> str:
+    """`inspect`'s summary for a person."""
+    info, toolkit = report["build_info"], report["build_info"].get("toolkit") or {}
+    lines = [
+        f"image         {report['image']} ({report['id'][:19]}, built {report['created'][:19]}Z)",
+        f"release tag   {info.get('release_tag', '(a stage image)')}"
+        + ("" if report["labels_agree"] or "release_tag" not in info else "  [labels disagree with it]"),
+        f"torch         {info.get('torch_version', '-')} on {info['backend']}, {info['arch']}, {info['distribution']}",
+        f"target        {info['target']}: {info['target_flag']}" + (f"  (CFLAGS {info['cflags']})" if info.get("cflags") else ""),
+        f"toolkit       torchstack {toolkit.get('version', '?')}, revision {toolkit.get('revision') or 'unknown'}",
+        "components",
+    ]
+    for name, c in info["components"].items():
+        how = {"source": "compiled here", "distro": "Debian packages", "wheel": "prebuilt wheel"}[c["method"]]
+        lines.append(f"  {name:<9} {c['version']:<12} {how}")
+        if c.get("source"):
+            lines.append(f"            {c['source']['url']}")
+            lines.append(f"            sha256 {c['source']['sha256']} ({c['source']['sha256_from']})")
+            patches = ", ".join(p["name"] for p in c.get("patches", [])) or "none"
+            lines.append(f"            patches: {patches}")
+    sbom = report["sbom"]
+    if sbom is None:
+        lines.append("sbom          none in this image")
+    else:
+        versions = ", ".join(f"{k} {v}" for k, v in sbom["key_versions"].items())
+        lines.append(f"sbom          {sbom['format']}, {sbom['python_packages']} Python packages ({versions}), "
+                     f"{sbom['debian_packages']} Debian packages; the whole of it: {report['sbom_path']}")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -180,6 +215,9 @@ def make_cli(catalog: Catalog) -> click.Group:
         @click.option("--pip-index-url", envvar="PIP_INDEX_URL", metavar="URL", callback=_check_index_url,
                       help="Python package index for pip inside builds, e.g. a local mirror (default: $PIP_INDEX_URL); "
                       "like the CA bundle, never left in an image.")
+        @click.option("--buildx-builder", metavar="NAME",
+                      help="With --builder buildx: build on this `docker buildx create` builder (remote, Kubernetes); "
+                      "the image comes back here for the checks.")
         @click.option("--push", is_flag=True,
                       help="After the checks pass, push the release image to --registry (credentials: the Docker config).")
         @click.option("--push-stages", is_flag=True,
@@ -326,6 +364,29 @@ def make_cli(catalog: Catalog) -> click.Group:
         expected = {a: catalog.architectures[a].docker.split("/", 1)[1] for a in dict.fromkeys(arches)}
         digest = join_architectures(target, list(sources), expected, lambda line: click.echo(line, err=True))
         click.echo(f"{target}@{digest}")
+
+    @cli.command("inspect")
+    @click.argument("image")
+    @click.option("--json", "as_json", is_flag=True, help="Print it as JSON, for machines.")
+    def inspect_command(image: str, as_json: bool) -> None:
+        """What IMAGE says about itself: its build manifest and SBOM summary, from the image alone."""
+        import json
+
+        from torchstack import engine, sbom
+
+        client = engine.connect()
+        try:
+            found, info, text = sbom.read_image(client, image)
+        except docker.errors.ImageNotFound:
+            raise UsageProblem(f"{image}: no such image here (docker pull it first)") from None
+        except KeyError:
+            raise UsageProblem(f"{image}: not a torchstack image (no {sbom.BUILD_INFO_LABEL} label)") from None
+        report = {
+            "image": image, "id": found.id, "created": found.attrs["Created"], "tags": found.tags,
+            "labels_agree": found.labels.get("org.opencontainers.image.version") == info.get("release_tag"),
+            "build_info": info, "sbom": sbom.summary(text) if text else None, "sbom_path": sbom.SBOM,
+        }  # fmt: skip
+        click.echo(json.dumps(report, indent=2) if as_json else format_inspection(report))
 
     @cli.command("test")
     @click.argument("image")

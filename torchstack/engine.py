@@ -58,7 +58,7 @@ class BuildResult:
 def build_image(
     client: docker.DockerClient,
     context: Path,
-    tag: str,
+    tag: str | None,
     platform: str,
     labels: dict[str, str],
     nocache: bool,
@@ -138,20 +138,16 @@ def build_image_buildx(
     progress: BuildProgress,
     stage: str,
     log_path: Path,
+    builder: str | None = None,
 ) -> BuildResult:
     """Build one image with BuildKit (`docker buildx build --load`): cache mounts and secrets.
+    `builder` names a builder made with `docker buildx create` (remote, Kubernetes, ...); the
+    image comes back into this engine either way (--load), where the checks run.
 
     BuildKit names the image only once it is complete, so a failed or interrupted build
     leaves no tag; finished steps stay in BuildKit's cache.
     """
-    command = [
-        "docker", "buildx", "build", "--progress=plain", "--load", "--tag", tag,
-        "--platform", platform, "--network", "host", str(context),
-    ]  # fmt: skip
-    command[3:3] = [arg for key, value in labels.items() for arg in ("--label", f"{key}={value}")]
-    command[3:3] = [arg for key, path in secrets.items() for arg in ("--secret", f"id={key},src={path}")]
-    if nocache:
-        command.insert(3, "--no-cache")
+    command = buildx_command(context, tag, platform, labels, nocache, secrets, builder)
     steps: dict[str, str] = {}
     cached: set[str] = set()
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, bufsize=1)
@@ -181,6 +177,24 @@ def build_image_buildx(
         ["docker", "image", "inspect", "--format", "{{.Id}}", tag], capture_output=True, text=True
     ).stdout.strip()
     return BuildResult(image_id=image_id, seconds=time.monotonic() - progress.started, cached=run_steps <= cached)
+
+
+def buildx_command(context: Path, tag: str, platform: str, labels: dict[str, str], nocache: bool,
+                   secrets: dict[str, Path], builder: str | None = None) -> list[str]:  # fmt: skip
+    """The `docker buildx build` command line for one stage."""
+    command = ["docker", "buildx", "build", "--progress=plain", "--load", "--tag", tag,
+               "--platform", platform, "--network", "host"]  # fmt: skip
+    if builder:
+        command += ["--builder", builder]
+    if nocache:
+        command.append("--no-cache")
+    command += [arg for key, path in secrets.items() for arg in ("--secret", f"id={key},src={path}")]
+    command += [arg for key, value in labels.items() for arg in ("--label", f"{key}={value}")]
+    return [*command, str(context)]
+
+
+def buildx_builder_exists(name: str) -> bool:
+    return subprocess.run(["docker", "buildx", "inspect", name], capture_output=True).returncode == 0
 
 
 def image_size(client: docker.DockerClient, image: str) -> int:

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
+import subprocess
 
-from torchstack import tags
+from torchstack import __version__, tags
 from torchstack.layout import VENV
-from torchstack.model import Catalog
+from torchstack.model import ROOT, Catalog
 from torchstack.plan import RELEASE_STAGE, Plan, Request, StagePlan
 from torchstack.selection import RUNTIMES, Selection
 
 # build-info keys that only the release image carries: they depend on the release or the torch
 # install, and an earlier stage's labels must not (a new release would rebuild OpenBLAS).
 RELEASE_ONLY = ("release_tag", "release", "python_constraints", "runtime", "runtime_env", "cpu_features", "payload",
-                "torch_blas")
+                "torch_blas", "toolkit")
 # How torch.__config__.show() names the BLAS (BLAS_INFO, LAPACK_INFO) for its build variable BLAS.
 TORCH_BLAS_INFO = {"OpenBLAS": "open", "MKL": "mkl", "Eigen": "eigen", "BLIS": "blis", "APL": "armpl"}
 
@@ -59,9 +62,8 @@ def build_info(plan: Plan) -> dict:
         "libraries": list(plan.backend.libraries),
         # What torch names as its BLAS and LAPACK when compiled here; a prebuilt wheel's are its own.
         "torch_blas": TORCH_BLAS_INFO[plan.backend.torch_env["BLAS"]] if torch_compiled else None,
-        "components": {
-            c.name: {"method": c.method, "version": c.version, "prefix": c.prefix} for c in plan.components
-        },
+        "cflags": plan.cflags,
+        "components": {c.name: _component(c) for c in plan.components},
         "python_constraints": list(payload.python_constraints),
         "runtime": plan.runtime,
         "runtime_env": {
@@ -75,7 +77,41 @@ def build_info(plan: Plan) -> dict:
             "packages": list(payload.packages),
         },
         "cpu_features": list(plan.target.cpu_features),
+        "toolkit": toolkit_revision(),
     }
+
+
+def _component(c) -> dict:
+    """A component as the build-info records it; one compiled here names its source and patches."""
+    found = {"method": c.method, "version": c.version, "prefix": c.prefix}
+    if c.method == "source" and c.source is not None:
+        found["source"] = {"url": c.source.url, "sha256": c.source.sha256, "sha256_from": c.source.sha256_from}
+        found["patches"] = applied_patches(c.name)
+    return found
+
+
+def applied_patches(component: str) -> list[dict]:
+    """The patches scripts/prepare-source.sh applies to `component`, in order (patches/<name>/series)."""
+    folder = ROOT / "patches" / component
+    series = folder / "series"
+    if not series.is_file():
+        return []
+    names = [line.strip() for line in series.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    return [{"name": name, "sha256": hashlib.sha256((folder / name).read_bytes()).hexdigest()} for name in names]
+
+
+@functools.lru_cache(maxsize=1)
+def toolkit_revision() -> dict:
+    """The toolkit's version and, in a git checkout, its commit (`-dirty` with uncommitted changes)."""
+    found = {"version": __version__, "revision": None}
+    try:
+        described = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty", "--abbrev=12", "--match=NONE"],
+                                   capture_output=True, text=True, timeout=10)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return found
+    if described.returncode == 0:
+        found["revision"] = described.stdout.strip()
+    return found
 
 
 def stage_labels(plan: Plan, stage: StagePlan) -> dict[str, str]:
@@ -100,6 +136,7 @@ def stage_labels(plan: Plan, stage: StagePlan) -> dict[str, str]:
             "org.opencontainers.image.version": plan.release_tag,
             "io.torchstack.release": plan.release,
             "io.torchstack.torch.version": plan.torch_version,
+            "org.opencontainers.image.revision": info["toolkit"]["revision"] or "",
             "io.torchstack.runtime": plan.runtime,
         })  # fmt: skip
     else:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
+import re
 import shutil
 import tempfile
 import time
@@ -12,8 +14,8 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
-from torchstack import bootstrap, checks, engine, prerequisites, publish, sources
-from torchstack.errors import ChecksFailed, ToolkitError
+from torchstack import bootstrap, checks, engine, prerequisites, publish, sbom, sources
+from torchstack.errors import ChecksFailed, ToolkitError, UsageProblem
 from torchstack.model import Catalog
 from torchstack.metadata import stage_labels
 from torchstack.plan import RELEASE_STAGE, Plan, Request
@@ -58,11 +60,38 @@ def _build_secrets(options: dict, contexts: Path) -> Iterator[BuildSecrets]:
             shutil.rmtree(contexts, ignore_errors=True)
 
 
+def _add_sbom(client, plan: Plan, image: str, context: Path, log_path: Path, view: BuildView) -> tuple[str, Path]:
+    """The final stage's image with its SBOM (sbom.SBOM) as one more layer: the release image's ID
+    (untagged until its checks pass), and the SBOM's copy next to the build log. The SBOM of an
+    image ID is made once; the layer comes from the engine's cache when nothing changed."""
+    found = client.images.get(image)
+    cached = sources.state_dir() / "sbom" / f"{found.id.removeprefix('sha256:')}.cdx.json"
+    if cached.is_file():
+        text = cached.read_text()
+    else:
+        info = json.loads(found.labels[sbom.BUILD_INFO_LABEL])
+        created = datetime.fromisoformat(re.sub(r"(\.\d{6})\d+", r"\1", found.attrs["Created"]).replace("Z", "+00:00"))
+        text = sbom.document(sbom.inventory(client, found.id, plan.platform), info, plan.final_image, created)
+        sbom.write(text, cached)
+    described = sbom.summary(text)
+    context.mkdir(parents=True, exist_ok=True)
+    (context / "sbom.cdx.json").write_text(text)
+    (context / "Dockerfile").write_text(f"FROM {found.id}\nCOPY sbom.cdx.json {sbom.SBOM}\n")
+    result = engine.build_image(client, context, None, plan.platform, {}, False, lambda line: None,
+                                engine.BuildProgress(), "sbom", log_path)  # fmt: skip
+    path = sbom.write(text, log_path.with_suffix(".sbom.cdx.json"))
+    view.note(f"torchstack: SBOM ({described['format']}: {described['python_packages']} Python packages, "
+              f"{described['debian_packages']} Debian packages) at {sbom.SBOM} in the image, and {path}")  # fmt: skip
+    return result.image_id, path
+
+
 def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> Plan:
     client = engine.connect()
     base_missing = not engine.image_exists(client, plan.base_image)
     prerequisites.require(plan, bootstrap=base_missing and plan.base_is_bootstrapped)
     cpu_notes = prerequisites.require_cpu_for_checks(plan, checks=not options.get("no_test"))
+    if options.get("buildx_builder") and not engine.buildx_builder_exists(options["buildx_builder"]):
+        raise UsageProblem(f"--buildx-builder {options['buildx_builder']}: no such builder (see `docker buildx ls`)")
     request, plan = resolve_wheel(catalog, request, plan, options.get("pip_index_url"))
     source_files = sources.fetch_plan_sources(plan, options.get("source_mirror"))
 
@@ -74,6 +103,7 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
     test_images = not options.get("no_test")
     checks_summary = "not run (--no-test)" if not test_images else "not reached"
     started = time.monotonic()
+    sbom_path = None
 
     with _build_secrets(options, contexts) as secrets, BuildView(reports, log_path, options.get("quiet", False)) as view:
         for note in cpu_notes:
@@ -92,7 +122,7 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
                 if plan.builder == "buildx":
                     result = engine.build_image_buildx(
                         contexts / stage.name, stage.image, plan.platform, labels, options.get("no_cache", False),
-                        secrets.files(), log, progress, stage.name, log_path,
+                        secrets.files(), log, progress, stage.name, log_path, options.get("buildx_builder"),
                     )  # fmt: skip
                 else:
                     result = engine.build_image(
@@ -114,10 +144,13 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
             report.status = "cached" if result.cached else "built"
 
         top = plan.stages[-1]
+        checked = top.image
+        if top.name == RELEASE_STAGE:
+            checked, sbom_path = _add_sbom(client, plan, top.image, contexts / "sbom", log_path, view)
         if test_images:
-            view.note(f"torchstack: checking {top.image}")
+            view.note(f"torchstack: checking {top.image}" + (f" with its SBOM ({checked[:19]})" if checked != top.image else ""))
             outcome = checks.run_checks(
-                client, catalog, top.image, quiet=options.get("quiet", False), reuse=not options.get("recheck"),
+                client, catalog, checked, quiet=options.get("quiet", False), reuse=not options.get("recheck"),
             )  # fmt: skip
             checks_summary = outcome.summary
             if outcome.reused:
@@ -127,7 +160,7 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
                 raise ChecksFailed(f"checks of {top.image} failed ({outcome.summary}); the release tag was not applied")
         if top.name == RELEASE_STAGE:
             repository, _, tag = plan.final_image.rpartition(":")
-            client.images.get(top.image).tag(repository, tag)
+            client.images.get(checked).tag(repository, tag)
             reports[-1].tags.append(plan.final_image)
         pushed = [publish.push(client, local, remote, view.note) for local, remote in options.get("pushes", [])]
         for done in pushed:
@@ -142,6 +175,7 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
         "backend": plan.backend.name,
         "target": plan.target.name,
         "checks": checks_summary,
+        "sbom": str(sbom_path) if sbom_path else None,
         "pushed": [{"reference": p.reference, "digest": p.digest, "layers": p.layers, "attempts": p.attempts} for p in pushed],
         "seconds": round(total, 1),
         "log": str(log_path),

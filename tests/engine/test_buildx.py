@@ -54,3 +54,11 @@ def test_a_patch_recompiles_only_what_it_touches(client, repo_copy, unique_tag):
     print(f"after a one-file patch: {hits} compiler cache hits, {misses} misses")
     assert hits > 100 and misses <= 3, (hits, misses)
     assert f"torchstack-tools:{unique_tag}" in {t for image in client.images.list() for t in image.tags}
+
+
+def test_a_buildx_builder_that_does_not_exist_is_one_line_before_any_build(client):
+    result = run_build_py("--backend", "onednn", "--buildx-builder", "no-such-builder-here", "--no-test")
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert result.stderr.strip().splitlines() == [
+        "torchstack: error: --buildx-builder no-such-builder-here: no such builder (see `docker buildx ls`)"
+    ], result.stderr

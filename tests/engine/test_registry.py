@@ -117,6 +117,21 @@ def test_the_pulled_image_is_the_checked_one_and_passes_its_checks(client, x86_b
     assert checked.returncode == 0 and "passed" in checked.stdout + checked.stderr, checked.stdout[-3000:] + checked.stderr[-3000:]
 
 
+def test_inspect_reads_the_build_manifest_and_sbom_of_a_pulled_image(x86_build, pushed):
+    reference = pushed[0]["pushed"][-1]["reference"]
+    shown = run_build_py("inspect", reference)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert f"release tag   {x86_build['release_tag']}\n" in shown.stdout, shown.stdout
+    assert "sbom          CycloneDX 1.6," in shown.stdout and "Debian packages" in shown.stdout, shown.stdout
+    report = json.loads(run_build_py("inspect", reference, "--json").stdout)
+    assert report["labels_agree"] and report["build_info"]["release_tag"] == x86_build["release_tag"]
+    assert report["sbom"]["key_versions"]["torch"] == report["build_info"]["torch_version"]
+    assert report["sbom"]["debian_packages"] > 50 and report["sbom"]["python_packages"] > 5
+    assert report["build_info"]["toolkit"]["revision"], "the toolkit's revision is in the build manifest"
+    # The copy next to the build log is the image's own.
+    assert Path(x86_build["sbom"]).read_text().startswith("{") and Path(x86_build["sbom"]).name.endswith(".sbom.cdx.json")
+
+
 def test_a_registry_that_needs_a_login_refuses_in_one_line(client, x86_build, locked_registry, tmp_path):
     """No credentials in a new Docker config: the push is refused, said in one line, exit 1."""
     config = tmp_path / "docker-config"
@@ -178,3 +193,14 @@ def test_manifest_joins_the_x86_64_and_the_emulated_arm64_image(client, x86_buil
         assert client.images.get(target).id == client.images.get(arm64_build["final_image"]).id
     finally:
         untag(client, f"{registry}/")
+
+
+def test_inspect_of_an_image_that_is_not_here_or_not_ours_is_one_line(client, x86_build):
+    missing = run_build_py("inspect", "torchstack:no-such-tag")
+    assert missing.returncode == 2 and missing.stderr.strip().splitlines() == [
+        "torchstack: error: torchstack:no-such-tag: no such image here (docker pull it first)"
+    ], missing.stderr
+    base = client.images.get(x86_build["stages"][0]["image"])  # a stage of ours, with the label
+    foreign = run_build_py("inspect", x86_build["stages"][0]["image"])
+    assert foreign.returncode == 0 and "sbom          none in this image" in foreign.stdout, foreign.stdout + foreign.stderr
+    assert base.labels["io.torchstack.stage"] == "base"

@@ -376,3 +376,23 @@ def test_image_size_is_within_budget(image_attrs, catalog, ours, stage, host):
     print(f"image size {size:,.0f} MiB of a {budget:,} MiB budget")
     print(f"payload: venv {_mib(host, ours['venv'])}, libraries {_mib(host, *_payload_files(host, ours))}")
     assert size <= budget, f"the image is {size:,.0f} MiB, over its {budget:,} MiB budget"
+
+
+def test_the_sbom_lists_what_the_image_holds(host, python, ours):
+    """The CycloneDX SBOM in the image names this release, every Debian package dpkg says is
+    installed, and every distribution of the venv, torch at the version torch reports."""
+    sbom_file = host.file(layout.TOOLKIT_DIR + "/sbom.cdx.json")
+    assert sbom_file.exists, "the release image carries no SBOM"
+    bom = json.loads(sbom_file.content_string)
+    assert bom["bomFormat"] == "CycloneDX" and bom["metadata"]["component"]["version"] == ours["release_tag"]
+    purls = [c.get("purl", "") for c in bom["components"]]
+    installed = host.run("dpkg-query -W -f '${Package} ${db:Status-Status}\\n'").stdout.split("\n")
+    debian = {line.split()[0] for line in installed if line.endswith(" installed")}
+    listed = {p.removeprefix("pkg:deb/debian/").split("@")[0] for p in purls if p.startswith("pkg:deb/")}
+    assert listed == debian, f"dpkg only: {sorted(debian - listed)[:5]}, SBOM only: {sorted(listed - debian)[:5]}"
+    venv = json.loads(python("import importlib.metadata as m, json, sys; "
+                             "print(json.dumps(sorted({d.metadata['Name'] for d in m.distributions(path=sys.path)})))"))  # fmt: skip
+    names = {c["name"] for c in bom["components"] if c.get("purl", "").startswith("pkg:pypi/")}
+    assert names == set(venv), f"venv only: {sorted(set(venv) - names)[:5]}, SBOM only: {sorted(names - set(venv))[:5]}"
+    torch = python("import torch; print(torch.__version__)").strip()
+    assert f"pkg:pypi/torch@{torch.replace('+', '%2B')}" in purls, f"torch {torch} not in the SBOM"
