@@ -4,12 +4,14 @@ a registry that needs a login refuses the push in one line."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import socket
 import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,8 +27,9 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_registry(folder: Path, auth: bool) -> tuple[subprocess.Popen, str]:
-    """A registry on 127.0.0.1 (an address the engine may use over plain HTTP), storing in
+@contextlib.contextmanager
+def running_registry(folder: Path, auth: bool) -> Iterator[str]:
+    """The address of a registry on 127.0.0.1 (an address the engine may use over plain HTTP), storing in
     `folder`. With `auth`, it needs a login that no user has (an empty htpasswd file)."""
     binary = shutil.which("docker-registry")
     if not binary:
@@ -56,23 +59,23 @@ def start_registry(folder: Path, auth: bool) -> tuple[subprocess.Popen, str]:
     else:
         server.kill()
         pytest.fail(f"docker-registry did not start: {(folder / 'registry.log').read_text()[-2000:]}")
-    return server, address
+    try:
+        yield address
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory):
-    server, address = start_registry(tmp_path_factory.mktemp("registry"), auth=False)
-    yield address
-    server.terminate()
-    server.wait(timeout=30)
+    with running_registry(tmp_path_factory.mktemp("registry"), auth=False) as address:
+        yield address
 
 
 @pytest.fixture(scope="module")
 def locked_registry(tmp_path_factory):
-    server, address = start_registry(tmp_path_factory.mktemp("locked"), auth=True)
-    yield address
-    server.terminate()
-    server.wait(timeout=30)
+    with running_registry(tmp_path_factory.mktemp("locked"), auth=True) as address:
+        yield address
 
 
 def registry_tags(address: str, repository: str) -> list[str]:
