@@ -16,6 +16,7 @@ from torchstack.model import Catalog, load_catalog
 from torchstack.plan import Plan, Request
 from torchstack.planner import env_line, make_plan
 from torchstack.selection import BUILD_TYPES, BUILDERS, RUNTIMES
+from torchstack.sources import state_dir
 from torchstack.wheels import pip_index_settings
 
 
@@ -51,6 +52,10 @@ def plan_options(catalog: Catalog):
         click.option("--distribution", help=f"Debian release: {', '.join(sorted(catalog.distributions))}."),
         click.option("--base-image", help="OS image to start from instead of the bootstrapped Debian (Debian-family)."),
         click.option("--torch-wheel", help="With --torch-from wheel: a .whl file, a folder of wheels, a URL, or 'index'."),
+        click.option("--plugin-wheel", "plugin_wheels", multiple=True, metavar="FILE|DIR|NAME==VERSION",
+                     help="A vendor plugin wheel to install into the final image (repeat for several): a .whl file, a "
+                     "folder of them, or NAME==VERSION from the package index. One whose torch requirement excludes "
+                     "the image's torch is refused before anything is built."),
         click.option("--runtime", type=click.Choice(RUNTIMES), default=RUNTIMES[0], show_default=True,
                      help="full: the final image ships the C++ compiler, Python headers and openssl that torch.compile "
                      "needs at run time. slim: without them (torch.compile is refused), for sites that forbid compilers."),
@@ -105,6 +110,8 @@ def request_from(options: dict) -> Request:
         distribution=options["distribution"],
         base_image=options["base_image"],
         runtime=options["runtime"],
+        plugin_wheels=tuple(options.get("plugin_wheels") or ()),
+        plugin_cache=state_dir() / "plugins",
     )
 
 
@@ -128,6 +135,9 @@ def format_plan(plan: Plan) -> str:
         how = {"source": "compiled from source", "distro": "Debian packages", "wheel": "prebuilt wheel"}[c.method]
         pin = f", sha256 {c.source.sha256[:12]}… ({c.source.sha256_from})" if c.source else ""
         lines.append(f"  {c.name:<9} {c.version:<10} {how}{pin}")
+    for p in plan.plugins:
+        found = f"{p.wheel.path.name}, sha256 {p.wheel.sha256[:12]}…" if p.wheel else "downloaded and checked when the build starts"
+        lines.append(f"plugin        {p.requirement} ({p.why}; {found})")
     lines.append("stages")
     for stage in plan.stages:
         lines.append(f"  {stage.name:<6} {stage.image}")
@@ -136,6 +146,21 @@ def format_plan(plan: Plan) -> str:
             if c.env:
                 lines.append(f"         {c.name}: {env_line(c.env)}")
     return "\n".join(lines)
+
+
+def backend_details(catalog: Catalog, backend) -> list[str]:
+    """What `list backends` says under a backend: targets, what it needs from the CPU, its plugins."""
+    targets = [t.name for t in catalog.targets if t.arch in backend.arches and t.name in (backend.targets or (t.name,))]
+    lines = [f"targets: {', '.join(dict.fromkeys(targets))}"]
+    if backend.cpu_wants:
+        lines.append(f"CPU: wants {', '.join(backend.cpu_wants.features)}: {backend.cpu_wants.why}")
+    for name in backend.plugins:
+        plugin = catalog.plugins[name]
+        lines.append(f"plugin: {name} ({plugin.vendor}) {', '.join(plugin.versions)}: {plugin.description}")
+    probes = [*backend.probes, *(f"{p} ({a})" for a in backend.arches for p in catalog.architectures[a].probes)]
+    if probes:
+        lines.append(f"reports at run time: {', '.join(probes)}")
+    return lines
 
 
 def format_inspection(report: dict) -> str:
@@ -291,6 +316,8 @@ def make_cli(catalog: Catalog) -> click.Group:
                 default_on = [a.name for a in catalog.architectures.values() if a.default_backend == backend.name]
                 default = f" (default on {', '.join(default_on)})" if default_on else ""
                 click.echo(f"{backend.name:<12} {', '.join(backend.arches):<24} {backend.description}{default}")
+                for line in backend_details(catalog, backend):
+                    click.echo(f"{'':<12} {'':<24} {line}")
         else:
             for target in catalog.targets:
                 aliases = f" (also: {', '.join(target.aliases)})" if target.aliases else ""

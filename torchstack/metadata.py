@@ -16,7 +16,7 @@ from torchstack.selection import RUNTIMES, Selection
 # build-info keys that only the release image carries: they depend on the release or the torch
 # install, and an earlier stage's labels must not (a new release would rebuild OpenBLAS).
 RELEASE_ONLY = ("release_tag", "release", "python_constraints", "runtime", "runtime_env", "cpu_features", "payload",
-                "torch_blas", "toolkit")
+                "torch_blas", "toolkit", "cpu_wants", "probes", "plugins")
 # How torch.__config__.show() names the BLAS (BLAS_INFO, LAPACK_INFO) for its build variable BLAS.
 TORCH_BLAS_INFO = {"OpenBLAS": "open", "MKL": "mkl", "Eigen": "eigen", "BLIS": "blis", "APL": "armpl"}
 
@@ -39,6 +39,10 @@ def tag_variants(catalog: Catalog, selection: Selection, request: Request) -> tu
         f"{name}-{tags.tag_safe(version)}"
         for name, version in request.versions.items()
         if name in selection.methods and version != catalog.components[name].default_version
+    ]
+    # Plugins the user brings make another image than the backend's own: another tag.
+    variants += [
+        tags.tag_safe(f"{p.key}-{p.requirement.split('==', 1)[1]}") for p in selection.plugins if p.why == "--plugin-wheel"
     ]
     return tuple(variants)
 
@@ -77,6 +81,10 @@ def build_info(plan: Plan) -> dict:
             "packages": list(payload.packages),
         },
         "cpu_features": list(plan.target.cpu_features),
+        "cpu_wants": plan.backend.cpu_wants.model_dump(mode="json") if plan.backend.cpu_wants else None,
+        "probes": list(plan.probe_args),
+        # Each vendor plugin wheel as its own metadata describes it (pins still to download: by name)
+        "plugins": [p.wheel.record() if p.wheel else {"name": p.key, "requirement": p.requirement} for p in plan.plugins],
         "toolkit": toolkit_revision(),
     }
 
@@ -138,6 +146,7 @@ def stage_labels(plan: Plan, stage: StagePlan) -> dict[str, str]:
             "io.torchstack.torch.version": plan.torch_version,
             "org.opencontainers.image.revision": info["toolkit"]["revision"] or "",
             "io.torchstack.runtime": plan.runtime,
+            "io.torchstack.plugins": " ".join(p.requirement for p in plan.plugins),
         })  # fmt: skip
     else:
         labels["org.opencontainers.image.title"] = (

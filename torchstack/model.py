@@ -53,6 +53,20 @@ class Runners(Frozen):
     gitlab: tuple[str, ...] = Field(min_length=1)  # runner tags
 
 
+# What the final image reports about itself at run time, beyond what its build decided (scripts/probe.py):
+#   kleidiai: torch.backends.kleidiai.is_available() (Arm's KleidiAI micro-kernels in torch)
+#   nnpa:     libzdnn's zdnn_is_nnpa_installed() (the IBM Z on-chip AI accelerator on this machine)
+Probe = Literal["kleidiai", "nnpa"]
+
+
+class CpuWants(Frozen):
+    """CPU features a backend's fast path needs but the image does not require: it runs without
+    them, slower, and says so (the banner, `list backends`)."""
+
+    features: tuple[str, ...] = Field(min_length=1)
+    why: str
+
+
 class Architecture(Frozen):
     name: str
     debian: str
@@ -63,6 +77,7 @@ class Architecture(Frozen):
     runners: Runners
     torch_env: dict[str, str] = {}
     runtime: Runtime = Runtime()
+    probes: tuple[Probe, ...] = ()
 
 
 class Distribution(Frozen):
@@ -135,6 +150,38 @@ class Backend(Frozen):
     mkldnn: bool
     libraries: tuple[str, ...] = ()
     runtime: Runtime = Runtime()
+    targets: tuple[str, ...] = ()  # the build targets it is for (default: every target of its arches)
+    plugins: tuple[str, ...] = ()  # vendor plugin wheels (plugins.yaml) every image of it installs
+    cpu_wants: CpuWants | None = None
+    probes: tuple[Probe, ...] = ()
+
+
+class Plugin(Frozen):
+    """A vendor plugin wheel the toolkit knows (plugins.yaml)."""
+
+    name: str
+    vendor: str
+    description: str
+    module: str | None = None
+    versions: tuple[str, ...] = ()
+    torch_pairing: Literal["version-prefix"] | None = None
+    compile_backends: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ()
+    requirements: tuple[PinnedPackage, ...] = ()
+    on_pypi: bool = True
+
+    @property
+    def import_name(self) -> str:
+        return self.module or self.name.replace("-", "_")
+
+    def version_for(self, torch_version: str) -> str | None:
+        """The pinned version that pairs with `torch_version` (its release, local label dropped)."""
+        return next((v for v in self.versions if self.pairs(v, torch_version)), None)
+
+    def pairs(self, version: str, torch_version: str) -> bool:
+        if self.torch_pairing != "version-prefix":
+            return True
+        return version.startswith(torch_version.split("+")[0] + ".")
 
 
 class Pin(Frozen):
@@ -262,6 +309,7 @@ class Catalog(Frozen):
     targets: tuple[Target, ...]
     backends: dict[str, Backend]
     components: dict[str, Component]
+    plugins: dict[str, Plugin] = {}
     stages: tuple[Stage, ...]
 
     @model_validator(mode="after")
@@ -288,6 +336,15 @@ class Catalog(Frozen):
             problems += [
                 f"backend {backend.name}: unknown component {c!r}" for c in backend.components if c not in self.components
             ]
+            problems += [f"backend {backend.name}: unknown plugin {p!r}" for p in backend.plugins if p not in self.plugins]
+            problems += [
+                f"backend {backend.name}: unknown target {t!r}" for t in backend.targets
+                if not any(t == x.name and x.arch in backend.arches for x in self.targets)
+            ]  # fmt: skip
+            problems += [
+                f"backend {backend.name}: plugin {p} has no pinned versions to install it by name"
+                for p in backend.plugins if p in self.plugins and not self.plugins[p].versions
+            ]  # fmt: skip
             shipped = [p.rsplit("/", 1)[1] for c in backend.components if c in self.components for p in self.components[c].ships]
             problems += [
                 f"backend {backend.name}: library {lib} is in libraries but no component of it ships it (ships:)"
@@ -363,6 +420,7 @@ def load_catalog(data_dir: Path = DATA, stages_file: Path = ROOT / "stages" / "s
         "targets": data_dir / "targets.yaml",
         "backends": data_dir / "backends.yaml",
         "components": data_dir / "components.yaml",
+        "plugins": data_dir / "plugins.yaml",
         "stages": stages_file,
     }
     raw = {key: _read_yaml(path) for key, path in files.items()}
@@ -374,8 +432,10 @@ def load_catalog(data_dir: Path = DATA, stages_file: Path = ROOT / "stages" / "s
         "distributions": (files["platforms"], _named(files["platforms"], platforms.get("distributions"))),
         "backends": (files["backends"], _named(files["backends"], raw["backends"])),
         "components": (files["components"], _named(files["components"], raw["components"])),
+        "plugins": (files["plugins"], _named(files["plugins"], raw["plugins"])),
     }
-    models = {"architectures": Architecture, "distributions": Distribution, "backends": Backend, "components": Component}
+    models = {"architectures": Architecture, "distributions": Distribution, "backends": Backend, "components": Component,
+              "plugins": Plugin}  # fmt: skip
     values: dict[str, object] = {}
     for key, (path, entries) in sections.items():
         values[key] = {}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from torchstack.layout import SOURCES_DIR
 from torchstack.model import Architecture, Backend, Distribution, RuntimeSetting, Source, Target
+from torchstack.plugins import PluginChoice
 from torchstack.wheels import WheelSpec
 
 RELEASE_STAGE = "final"  # the stage whose image gets the release tag
@@ -36,6 +37,8 @@ class Request:
     runtime: str = "full"
     cpuinfo: str | None = None
     now: datetime | None = None
+    plugin_wheels: tuple[str, ...] = ()  # --plugin-wheel, as given
+    plugin_cache: Path | None = None  # where earlier downloads of plugin pins are
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,18 @@ class Plan:
     components: tuple[ComponentPlan, ...]
     stages: tuple[StagePlan, ...]
     payload: Payload
+    plugins: tuple[PluginChoice, ...] = ()  # vendor plugin wheels the final image installs
+
+    @property
+    def probes(self) -> tuple[str, ...]:
+        """What the final image reports at run time (scripts/probe.py), architecture's then backend's."""
+        return tuple(dict.fromkeys((*self.arch.probes, *self.backend.probes)))
+
+    @property
+    def probe_args(self) -> tuple[str, ...]:
+        """The probes as scripts/probe.py takes them (nnpa names the libzdnn the image ships)."""
+        zdnn = next((lib.directory for lib in self.payload.libraries if lib.component == "zdnn"), None)
+        return tuple(f"nnpa={zdnn}/libzdnn.so" if p == "nnpa" and zdnn else p for p in self.probes)
 
     @property
     def emulated(self) -> bool:

@@ -61,6 +61,7 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
         components=components,
         stages=stages,
         payload=_payload(selection, components),
+        plugins=selection.plugins,
     )
 
 
@@ -152,7 +153,9 @@ def _payload(selection: Selection, components: tuple[ComponentPlan, ...]) -> Pay
     return Payload(
         libraries=tuple(lib for c in components for lib in c.ships),
         packages=tuple(sorted(packages)),
-        python_constraints=tuple(sorted({r for c in components for r in c.runtime_requirements})),
+        python_constraints=tuple(sorted({
+            *(r for c in components for r in c.runtime_requirements), *(r for p in selection.plugins for r in p.requirements)
+        })),  # fmt: skip
         settings={**selection.arch.runtime.env, **selection.backend.runtime.env},
     )
 

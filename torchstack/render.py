@@ -111,6 +111,11 @@ def banner(plan: Plan) -> str:
         compiles,
         f"examples: {layout.EXAMPLES_DIR} (see README.md there; each takes --benchmark)",
     ]
+    for p in plan.plugins:
+        registers = [f"torch.compile backend {b}" for b in (p.wheel.compile_backends if p.wheel else ())]
+        registers += [f"device {d}" for d in (p.wheel.devices if p.wheel else ())]
+        by = f" ({p.wheel.vendor})" if p.wheel and p.wheel.vendor else ""
+        lines.append(f"plugin: {p.requirement.replace('==', ' ')}{by}" + (f": {', '.join(registers)}" if registers else ""))
     lines += [
         f"available, off by default: -e {name}={setting.value}  ({setting.why})"
         for name, setting in plan.payload.settings.items()
@@ -130,6 +135,9 @@ def entrypoint_conf(plan: Plan) -> str:
         "TORCHSTACK_CPUINFO_FIELD": plan.arch.cpuinfo_features,
         "TORCHSTACK_CPU_FEATURES": " ".join(plan.target.cpu_features),
         "TORCHSTACK_DEFAULTS": " ".join(plan.payload.env),
+        "TORCHSTACK_CPU_WANTS": " ".join(plan.backend.cpu_wants.features) if plan.backend.cpu_wants else "",
+        "TORCHSTACK_CPU_WANTS_WHY": plan.backend.cpu_wants.why if plan.backend.cpu_wants else "",
+        "TORCHSTACK_PROBES": " ".join(plan.probe_args),
         "TORCHSTACK_BANNER": banner(plan),
     }
     return "".join(f"{name}={shlex.quote(value)}\n" for name, value in values.items())
@@ -184,6 +192,13 @@ def assemble_context(
             else:
                 missing.append(posixpath.basename(c.env["WHEEL"]))
     if stage.name == RELEASE_STAGE:
+        (dest / "plugins").mkdir()
+        for p in plan.plugins:
+            if p.wheel is not None:
+                _place(p.wheel.path, dest / "plugins" / p.wheel.path.name)
+            else:
+                missing.append(f"{p.requirement} (a plugin wheel, downloaded when the build starts)")
+        _place(SCRIPTS / "probe.py", dest / "probe.py")
         shutil.copytree(EXAMPLES, dest / "examples", ignore=shutil.ignore_patterns("__pycache__"))
         _place(SCRIPTS / "entrypoint.sh", dest / "entrypoint.sh")
         (dest / "entrypoint.conf").write_text(entrypoint_conf(plan))

@@ -10,6 +10,7 @@ from torchstack import host
 from torchstack.errors import UsageProblem
 from torchstack.model import Architecture, Backend, Catalog, Distribution, Target, _read_yaml, parse_target
 from torchstack.plan import Request
+from torchstack.plugins import PluginChoice, choose
 from torchstack.wheels import WheelName, WheelSpec, check_contents, pick_from_folder, torch_version_of
 
 BUILD_TYPES = ("base", "libs", "tools", "dev", "final", "full", "pytorch")
@@ -36,6 +37,7 @@ class Selection:
     torch_version: str
     torch_wheel: WheelSpec | None = None
     torch_wheel_file: Path | None = None
+    plugins: tuple[PluginChoice, ...] = ()
 
 
 def refusal(catalog: Catalog, backend: Backend, arch: str, target: Target, distribution: Distribution,
@@ -46,6 +48,8 @@ def refusal(catalog: Catalog, backend: Backend, arch: str, target: Target, distr
         return f"backend {backend.name} builds for {', '.join(backend.arches)}, not {arch}"
     if target.arch != arch:
         return f"target {target.name} is for {target.arch}, not {arch}"
+    if backend.targets and target.name not in backend.targets:
+        return f"backend {backend.name} is for the targets {', '.join(backend.targets)}, not {target.name}"
     if _version_tuple(distribution.gcc) < _version_tuple(target.gcc):
         return (
             f"target {target.name} ({target.flag}) needs GCC {target.gcc} or newer; "
@@ -125,6 +129,13 @@ def select(catalog: Catalog, request: Request, host_arch: str) -> Selection:
     if request.torch_wheel and methods.get("torch") != "wheel":
         raise UsageProblem("--torch-wheel needs --torch-from wheel")
     wheel_spec, wheel_file, torch_version = _torch_origin(catalog, request, backend, arch_name, distribution)
+    stage = BUILD_TYPE_ALIASES.get(request.build_type, request.build_type)
+    plugins = ()
+    if stage == "final":
+        plugins = choose(catalog, request.plugin_wheels, backend.plugins, backend.name, arch_name, distribution.python,
+                         torch_version, request.plugin_cache)  # fmt: skip
+    elif request.plugin_wheels:
+        raise UsageProblem(f"--plugin-wheel installs into the final image; --build-type {request.build_type} stops before it")
     return Selection(
         arch=arch,
         backend=backend,
@@ -132,12 +143,13 @@ def select(catalog: Catalog, request: Request, host_arch: str) -> Selection:
         target_note="; ".join(n for n in (target_note, f"architecture {arch_name} from {arch_why}") if n),
         distribution=distribution,
         methods=methods,
-        stage=BUILD_TYPE_ALIASES.get(request.build_type, request.build_type),
+        stage=stage,
         builder=request.builder,
         runtime=request.runtime,
         torch_version=torch_version,
         torch_wheel=wheel_spec,
         torch_wheel_file=wheel_file,
+        plugins=plugins,
     )
 
 

@@ -59,4 +59,6 @@ def release_tag(release: str, torch_version: str, backend: str, variants: tuple[
     component not compiled from its pinned source (e.g. torch.wheel, openblas.distro).
     """
     tag = "-".join([release, "torch", tag_version(torch_version), backend, *variants])
+    if len(tag) > 128:  # many plugins or variants: Docker stops at 128 characters
+        raise UsageProblem(f"the release tag {tag} is {len(tag)} characters, more than Docker's 128: name the image with --tag")
     return check_tag(tag)

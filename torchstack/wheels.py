@@ -90,19 +90,24 @@ def pip_conf_text(index_url: str) -> str:
 
 def download_from_index(dest: Path, arch: str, python: str, version: str, index_url: str | None = None) -> Path:
     """Let pip find torch==version for the image's platform in `index_url` or pip's configured index."""
+    download_wheel(dest, arch, python, f"torch=={version}", index_url)
+    return pick_from_folder(dest, arch, python, version)
+
+
+def download_wheel(dest: Path, arch: str, python: str, requirement: str, index_url: str | None = None) -> None:
+    """pip download of one NAME==VERSION wheel (no dependencies) for the image's platform and Python."""
     dest.mkdir(parents=True, exist_ok=True)
     command = [
         sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
         "--platform", f"manylinux_2_28_{arch}", "--platform", f"manylinux2014_{arch}",
-        "--python-version", python, "--dest", str(dest), f"torch=={version}",
+        "--python-version", python, "--dest", str(dest), requirement,
     ]  # fmt: skip
     for key, value in pip_index_settings(index_url).items() if index_url else ():
         command += [f"--{key}", value]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ToolkitError(f"pip could not download torch=={version} for {arch} cp{python}: {last}")
-    return pick_from_folder(dest, arch, python, version)
+        raise ToolkitError(f"pip could not download {requirement} for {arch} cp{python.replace('.', '')}: {last}")
 
 
 @functools.lru_cache(maxsize=8)

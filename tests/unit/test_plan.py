@@ -127,6 +127,8 @@ def test_every_backend_and_target_passes_the_targets_flags(catalog, plan_for):
     for backend in catalog.backends.values():
         for arch in backend.arches:
             for target in catalog.targets_for(arch):
+                if backend.targets and target.name not in backend.targets:
+                    continue
                 try:
                     plan = plan_for(backend=backend.name, arch=arch, build_target=target.name, distribution="trixie")
                 except UsageProblem as exc:

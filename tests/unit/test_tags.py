@@ -24,6 +24,12 @@ def test_another_local_version_stays_with_the_version():
     assert tag == "r26.11-torch-2.13.0.git1a2b-onednn" and tag != release_tag("r26.11", "2.13.0+cpu", "onednn")
 
 
+def test_a_release_tag_longer_than_docker_allows_asks_for_a_tag():
+    """Several plugins can make the generated name too long: the message names the way out."""
+    with pytest.raises(UsageProblem, match="more than Docker's 128: name the image with --tag"):
+        release_tag("r26.11", "2.13.0", "zendnn", tuple(f"plugin-{n}-1.0.0" for n in range(10)))
+
+
 def test_default_release_is_the_current_utc_month():
     assert default_release(NOW) == "r26.11"
 

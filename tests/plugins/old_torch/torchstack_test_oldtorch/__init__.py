@@ -1,0 +1,1 @@
+"""Nothing to run: its torch pin is the point."""

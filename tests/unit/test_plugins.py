@@ -1,0 +1,106 @@
+"""Vendor plugin wheels, read from real wheels the tests build (tests/plugins/): what they need
+from torch and register, and refused in one line before any build when they cannot work."""
+
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from torchstack.errors import UsageProblem
+from torchstack.metadata import build_info
+from torchstack.model import ROOT
+from torchstack.plugins import read_wheel
+from torchstack.render import assemble_context, banner
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, str(ROOT / "build.py"), *args], capture_output=True, text=True, cwd=ROOT)
+
+
+def test_a_wheel_says_what_it_registers_and_needs_from_torch(catalog, plugin_wheels):
+    compile_plugin = read_wheel(plugin_wheels["compile_backend"], catalog, "x86_64", "3.11")
+    assert compile_plugin.name == "torchstack-test-compile" and compile_plugin.version == "0.1.0"
+    assert compile_plugin.module == "torchstack_test_compile"
+    assert compile_plugin.compile_backends == ("torchstack_test",) and compile_plugin.requires_torch == ("torch>=2.4",)
+    device = read_wheel(plugin_wheels["device"], catalog, "aarch64", "3.11")
+    assert device.device_entry_points == ("torchstack_test_device",) and not device.compile_backends
+
+
+def test_a_plugin_that_requires_another_torch_is_refused_in_one_line_before_any_build(plugin_wheels):
+    result = run_cli("--dry-run", "--plugin-wheel", str(plugin_wheels["old_torch"]))
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "torchstack-test-oldtorch 3.3.0 requires torch==2.0.1" in result.stderr and "2.13.0" in result.stderr
+
+
+def test_plugins_that_fit_join_the_plan_the_tag_and_the_build_info(plan_for, plugin_wheels, tmp_path):
+    folder = tmp_path / "wheelhouse"
+    folder.mkdir()
+    for name in ("compile_backend", "device"):
+        shutil.copy2(plugin_wheels[name], folder)
+    plan = plan_for(plugin_wheels=(str(folder),))
+    assert [p.requirement for p in plan.plugins] == ["torchstack-test-compile==0.1.0", "torchstack-test-device==0.1.0"]
+    assert plan.release_tag.endswith("-torchstack-test-compile-0.1.0-torchstack-test-device-0.1.0")
+    recorded = build_info(plan)["plugins"]
+    assert recorded[0]["summary"].startswith("torchstack's test plugin") and len(recorded[0]["sha256"]) == 64
+    assert "plugin: torchstack-test-compile 0.1.0: torch.compile backend torchstack_test" in banner(plan)
+    final = plan.stage("final")
+    assemble_context(plan, final, tmp_path / "final", {})
+    dockerfile = (tmp_path / "final" / "Dockerfile").read_text()
+    assert "COPY plugins/ /tmp/plugins/" in dockerfile and "/tmp/plugins/*.whl" in dockerfile and "pip\" check" in dockerfile
+    assert sorted(p.name for p in (tmp_path / "final" / "plugins").iterdir()) == sorted(p.name for p in folder.iterdir())
+
+
+def test_a_plugin_for_another_platform_or_named_twice_is_refused(plan_for, plugin_wheels, tmp_path):
+    arm = tmp_path / "torchstack_test_compile-0.1.0-cp311-cp311-manylinux_2_28_aarch64.whl"
+    shutil.copy2(plugin_wheels["compile_backend"], arm)
+    with pytest.raises(UsageProblem, match="not for x86_64 with Python 3.11"):
+        plan_for(arch="x86_64", plugin_wheels=(str(arm),))
+    twice = (str(plugin_wheels["compile_backend"]), str(plugin_wheels["compile_backend"]))
+    with pytest.raises(UsageProblem, match="named twice"):
+        plan_for(plugin_wheels=twice)
+    with pytest.raises(UsageProblem, match="stops before it"):
+        plan_for(build_type="libs", plugin_wheels=twice[:1])
+    with pytest.raises(UsageProblem, match="not a .whl file, a folder of wheels, or NAME==VERSION"):
+        plan_for(plugin_wheels=("zentorch>=2",))
+
+
+def test_zentorch_pairs_with_torch_by_its_version(plan_for, catalog):
+    plan = plan_for(backend="zendnn", arch="x86_64")
+    assert [p.requirement for p in plan.plugins] == ["zentorch==2.13.0.2"]
+    assert {"deprecated==1.3.1", "wrapt==2.5.2", "safetensors==0.8.0"} <= set(plan.payload.python_constraints)
+    with pytest.raises(UsageProblem, match=r"zentorch==2.12.0.1 is built for torch 2.12.0 .*zentorch==2.13.0.2 pairs"):
+        plan_for(arch="x86_64", plugin_wheels=("zentorch==2.12.0.1",))
+    with pytest.raises(UsageProblem, match="none of its pinned versions .* pairs with torch 2.12.0"):
+        plan_for(backend="zendnn", arch="x86_64", methods={"torch": "wheel"}, torch_version="2.12.0")
+    with pytest.raises(UsageProblem, match="torch_nnpa is not on a package index"):
+        plan_for(arch="x86_64", plugin_wheels=("torch_nnpa==1.0.0",))
+
+
+def test_zendnn_is_for_amd_targets_and_says_what_it_wants_from_the_cpu(plan_for):
+    with pytest.raises(UsageProblem, match="for the targets generic, znver4, znver5, not x86-64-v3"):
+        plan_for(backend="zendnn", build_target="x86-64-v3")
+    plan = plan_for(backend="zendnn", build_target="znver5", distribution="trixie")
+    assert plan.cflags == "-O2 -march=znver5" and plan.backend.cpu_wants.features == ("avx512f",)
+    listed = run_cli("list", "backends").stdout
+    assert "zendnn       x86_64" in listed and "CPU: wants avx512f" in listed and "targets: generic, znver4, znver5" in listed
+    assert "reports at run time: kleidiai (aarch64)" in listed and "reports at run time: nnpa" in listed
+
+
+def test_probes_name_the_library_the_image_ships(plan_for):
+    assert plan_for(backend="zdnn", arch="s390x").probe_args == ("nnpa=/opt/zdnn/lib/libzdnn.so",)
+    assert plan_for(backend="onednn-acl", arch="aarch64").probe_args == ("kleidiai",)
+    assert plan_for(backend="onednn", arch="x86_64").probe_args == ()
+
+
+def test_a_known_plugins_wheel_for_another_torch_is_refused_by_its_version(plan_for, tmp_path):
+    """A zentorch wheel file from the torch 2.12 series says nothing of torch in a way pip would
+    stop: its version alone tells, and the refusal names the one that pairs."""
+    wheel = tmp_path / "zentorch-2.12.0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("zentorch-2.12.0.1.dist-info/METADATA", "Metadata-Version: 2.1\nName: zentorch\nVersion: 2.12.0.1\n")
+        archive.writestr("zentorch/__init__.py", "")
+    with pytest.raises(UsageProblem, match=r"zentorch 2.12.0.1 is built for torch 2.12.0 .*zentorch==2.13.0.2 pairs"):
+        plan_for(arch="x86_64", plugin_wheels=(str(wheel),))
