@@ -7,18 +7,18 @@ set -eu
 # shellcheck source=/dev/null
 . "$(dirname "$(readlink -f "$0")")/entrypoint.conf"
 
-# The required features the CPU description lacks. A description without the field this
-# architecture lists its features in (an emulated CPU shows the host's) proves nothing: none.
+# Which of the features named in $1 the CPU description lacks. A description without the field
+# this architecture lists its features in (an emulated CPU shows the host's) proves nothing: none.
 cpu_lacks() {
     line=$(grep -m1 "^${TORCHSTACK_CPUINFO_FIELD}[[:space:]]*:" "${TORCHSTACK_CPUINFO:-/proc/cpuinfo}" 2> /dev/null) || return 0
     have=" ${line#*:} "
-    for feature in $TORCHSTACK_CPU_FEATURES; do
+    for feature in $1; do
         case "$have" in *" $feature "*) ;; *) printf ' %s' "$feature" ;; esac
     done
 }
 
 if [ "${TORCHSTACK_SKIP_CPU_CHECK:-}" != 1 ]; then
-    lacking=$(cpu_lacks)
+    lacking=$(cpu_lacks "$TORCHSTACK_CPU_FEATURES")
     if [ -n "$lacking" ]; then
         echo "torchstack: this CPU lacks${lacking}, which this image uses (built for $TORCHSTACK_TARGET," \
             "$TORCHSTACK_FLAG): it would die of an illegal instruction. Run an image built for this CPU" \
@@ -33,5 +33,19 @@ if [ -t 0 ] && [ -t 1 ]; then
         eval "value=\${$name:-}"
         printf '  %s=%s\n' "$name" "${value:-(turned off)}" >&2
     done
+    # What the backend's fast path wants from the CPU (the image runs without it), and what
+    # this machine has, as the libraries that know it say (probe.py).
+    if [ -n "$TORCHSTACK_CPU_WANTS" ]; then
+        wanting=$(cpu_lacks "$TORCHSTACK_CPU_WANTS")
+        if [ -n "$wanting" ]; then
+            printf 'this CPU lacks%s: %s\n' "$wanting" "$TORCHSTACK_CPU_WANTS_WHY" >&2
+        else
+            printf 'this CPU has %s, which the backend wants\n' "$TORCHSTACK_CPU_WANTS" >&2
+        fi
+    fi
+    if [ -n "$TORCHSTACK_PROBES" ]; then
+        # shellcheck disable=SC2086 # one word per probe
+        python3 "$(dirname "$(readlink -f "$0")")/probe.py" $TORCHSTACK_PROBES >&2 || true
+    fi
 fi
 exec "$@"

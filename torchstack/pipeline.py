@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
-from torchstack import bootstrap, checks, engine, prerequisites, publish, sbom, sources
+from torchstack import bootstrap, checks, engine, layout, prerequisites, publish, sbom, sources
 from torchstack.errors import ChecksFailed, ToolkitError, UsageProblem
 from torchstack.model import Catalog
 from torchstack.metadata import stage_labels
@@ -22,7 +22,7 @@ from torchstack.plan import RELEASE_STAGE, Plan, Request
 from torchstack.planner import make_plan
 from torchstack.progress import BuildView, StageReport, summary_table, write_json
 from torchstack.render import BuildSecrets, assemble_context
-from torchstack.wheels import download_from_index, pip_conf_text
+from torchstack.wheels import download_from_index, download_wheel, pip_conf_text
 
 
 class Interrupted(ToolkitError):
@@ -45,6 +45,23 @@ def resolve_wheel(catalog: Catalog, request: Request, plan: Plan, index_url: str
     return request, make_plan(catalog, request)
 
 
+def resolve_plugins(catalog: Catalog, request: Request, plan: Plan, index_url: str | None = None) -> Plan:
+    """Plugin wheels named NAME==VERSION (or a backend's own plugin) are downloaded now, and the
+    plan made again from the files: their torch requirements are checked before any build."""
+    pending = [p.requirement for p in plan.plugins if p.wheel is None]
+    if pending and request.plugin_cache is None:
+        request = dataclasses.replace(request, plugin_cache=sources.state_dir() / "plugins")
+    for requirement in pending:
+        download_wheel(request.plugin_cache, plan.arch.name, plan.distribution.python, requirement, index_url)
+    if not pending:
+        return plan
+    plan = make_plan(catalog, request)
+    missing = [p.requirement for p in plan.plugins if p.wheel is None]
+    if missing:
+        raise ToolkitError(f"pip downloaded no wheel of {', '.join(missing)} for {plan.arch.name} cp{plan.distribution.python}")
+    return plan
+
+
 @contextlib.contextmanager
 def _build_secrets(options: dict, contexts: Path) -> Iterator[BuildSecrets]:
     """The build's secrets, in a private temporary folder. It and the build contexts (which may
@@ -58,6 +75,16 @@ def _build_secrets(options: dict, contexts: Path) -> Iterator[BuildSecrets]:
             yield BuildSecrets(ca_bundle=options.get("ca_bundle"), pip_conf=pip_conf)
         finally:
             shutil.rmtree(contexts, ignore_errors=True)
+
+
+def _probe(client, plan: Plan, image: str) -> dict:
+    """What the checked image finds at run time on this machine (scripts/probe.py): KleidiAI in
+    torch, NNPA through libzdnn. {} when the plan names no probe."""
+    if not plan.probe_args:
+        return {}
+    out = client.containers.run(image, list(plan.probe_args), entrypoint=["python3", f"{layout.TOOLKIT_DIR}/probe.py", "--json"],
+                                remove=True, platform=plan.platform, network_mode="none")  # fmt: skip
+    return json.loads(out.decode().strip().splitlines()[-1])
 
 
 def _add_sbom(client, plan: Plan, image: str, context: Path, log_path: Path, view: BuildView) -> tuple[str, Path]:
@@ -93,6 +120,7 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
     if options.get("buildx_builder") and not engine.buildx_builder_exists(options["buildx_builder"]):
         raise UsageProblem(f"--buildx-builder {options['buildx_builder']}: no such builder (see `docker buildx ls`)")
     request, plan = resolve_wheel(catalog, request, plan, options.get("pip_index_url"))
+    plan = resolve_plugins(catalog, request, plan, options.get("pip_index_url"))
     source_files = sources.fetch_plan_sources(plan, options.get("source_mirror"))
 
     logs = sources.state_dir() / "logs"
@@ -104,6 +132,7 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
     checks_summary = "not run (--no-test)" if not test_images else "not reached"
     started = time.monotonic()
     sbom_path = None
+    probes: dict = {}
 
     with _build_secrets(options, contexts) as secrets, BuildView(reports, log_path, options.get("quiet", False)) as view:
         for note in cpu_notes:
@@ -158,6 +187,10 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
                 view.note(f"torchstack: checks passed earlier on this image ID: {outcome.summary}")
             if not outcome.passed:
                 raise ChecksFailed(f"checks of {top.image} failed ({outcome.summary}); the release tag was not applied")
+        if top.name == RELEASE_STAGE and test_images:
+            probes = _probe(client, plan, checked)
+            for answer in probes.values():
+                view.note(f"torchstack: on this machine: {answer['says']}")
         if top.name == RELEASE_STAGE:
             repository, _, tag = plan.final_image.rpartition(":")
             client.images.get(checked).tag(repository, tag)
@@ -175,6 +208,8 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
         "backend": plan.backend.name,
         "target": plan.target.name,
         "checks": checks_summary,
+        "plugins": [p.requirement for p in plan.plugins],
+        "probes": probes,
         "sbom": str(sbom_path) if sbom_path else None,
         "pushed": [{"reference": p.reference, "digest": p.digest, "layers": p.layers, "attempts": p.attempts} for p in pushed],
         "seconds": round(total, 1),

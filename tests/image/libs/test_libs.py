@@ -81,3 +81,19 @@ def test_zdnn_is_built_for_the_target(host, ours, target):
     assert host.file(f"{zdnn['prefix']}/lib/libzdnn.so").exists, "libzdnn.so is missing"
     recorded = host.file(f"{zdnn['prefix']}/share/torchstack/zdnn-cflags").content_string
     assert f"-march={target.zdnn.march}" in recorded.split(), f"expected -march={target.zdnn.march}, recorded {recorded!r}"
+
+
+def test_zdnn_answers_whether_this_machine_has_an_nnpa(host, ours, python):
+    """libzdnn's own zdnn_is_nnpa_installed(), through ctypes as the image's probe asks it: an
+    answer on any s390x machine (under qemu, no NNPA), and yes where the kernel lists the facility."""
+    zdnn = ours["components"].get("zdnn")
+    if zdnn is None:
+        pytest.skip("zDNN is not part of this image")
+    code = (f"import ctypes; z = ctypes.CDLL('{zdnn['prefix']}/lib/libzdnn.so'); z.zdnn_init.restype = None; "
+            "z.zdnn_is_nnpa_installed.restype = ctypes.c_bool; z.zdnn_init(); print(z.zdnn_is_nnpa_installed())")  # fmt: skip
+    answer = python(code).strip()
+    assert answer in ("True", "False"), answer
+    features = host.run("grep -m1 '^features' /proc/cpuinfo").stdout.split()
+    if "nnpa" in features:
+        assert answer == "True", f"the kernel lists the NNPA facility, libzdnn says {answer}"
+    print(f"libzdnn: NNPA {'present' if answer == 'True' else 'not present'} on this machine")
