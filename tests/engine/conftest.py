@@ -102,6 +102,19 @@ def x86_build(client, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def zendnn_build(client, tmp_path_factory, plugin_wheels):
+    """The x86_64 zendnn chain with zentorch (from PyPI, paired with torch by version) and the two
+    test plugins that fit (a torch.compile backend, a PrivateUse1 device), built once per session;
+    its JSON summary, with the build's output (the checks' report among it) as `output`."""
+    summary = tmp_path_factory.mktemp("zendnn") / "summary.json"
+    plugins = [arg for name in ("compile_backend", "device") for arg in ("--plugin-wheel", str(plugin_wheels[name]))]
+    result = run_build_py(*X86_ARGS, "--backend", "zendnn", "--torch-wheel", x86_wheelhouse(), *plugins,
+                          "--json", str(summary), "--recheck")  # fmt: skip
+    assert result.returncode == 0, f"the zendnn build failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
+    return {**json.loads(summary.read_text()), "output": result.stdout}
+
+
+@pytest.fixture(scope="session")
 def arm64_build(client, tmp_path_factory):
     """The arm64 onednn-acl chain under qemu, built once per session; its JSON summary."""
     summary = tmp_path_factory.mktemp("arm64") / "summary.json"

@@ -20,3 +20,12 @@ def test_arm64_onednn_acl_image_under_emulation(client, arm64_build):
         remove=True, platform="linux/arm64",
     ).decode().split()  # fmt: skip
     assert out == [REPORTED, "True"]
+
+
+def test_the_arm64_image_reports_kleidiai_as_torch_sees_it(arm64_build):
+    """Every aarch64 image answers whether its torch has Arm's KleidiAI kernels; torch 2.8 has
+    torch.backends.kleidiai, so the answer is a yes or a no, never "could not tell"."""
+    answer = arm64_build["probes"]["kleidiai"]
+    assert isinstance(answer["available"], bool), answer
+    assert answer["says"].startswith(f"KleidiAI: torch {REPORTED} is built with"), answer
+    print(answer["says"])
