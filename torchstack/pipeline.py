@@ -49,12 +49,12 @@ def resolve_plugins(catalog: Catalog, request: Request, plan: Plan, index_url: s
     """Plugin wheels named NAME==VERSION (or a backend's own plugin) are downloaded now, and the
     plan made again from the files: their torch requirements are checked before any build."""
     pending = [p.requirement for p in plan.plugins if p.wheel is None]
-    if pending and request.plugin_cache is None:
+    if not pending:
+        return plan
+    if request.plugin_cache is None:
         request = dataclasses.replace(request, plugin_cache=sources.state_dir() / "plugins")
     for requirement in pending:
         download_wheel(request.plugin_cache, plan.arch.name, plan.distribution.python, requirement, index_url)
-    if not pending:
-        return plan
     plan = make_plan(catalog, request)
     missing = [p.requirement for p in plan.plugins if p.wheel is None]
     if missing:

@@ -20,6 +20,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 
 from torchstack.errors import UsageProblem
 from torchstack.model import Catalog, Plugin
+from torchstack.wheels import local_wheels
 
 # PyTorch's entry point groups: a torch.compile backend (torch/_dynamo/backends/registry.py) and
 # a device extension loaded at `import torch` (torch/__init__.py, _import_device_backends).
@@ -40,11 +41,9 @@ class PluginSpec:
     def parse(cls, text: str) -> PluginSpec:
         if _PIN.fullmatch(text):
             return cls("pin", text)
-        path = Path(text).expanduser()
-        if path.is_dir():
-            return cls("dir", str(path.resolve()))
-        if path.is_file() and path.suffix == ".whl":
-            return cls("file", str(path.resolve()))
+        local = local_wheels(text)
+        if local:
+            return cls(*local)
         raise UsageProblem(f"--plugin-wheel {text!r}: not a .whl file, a folder of wheels, or NAME==VERSION")
 
 

@@ -32,12 +32,20 @@ class WheelSpec:
             return cls("index", text)
         if re.match(r"(https?|file)://", text):
             return cls("url", text)
-        path = Path(text).expanduser()
-        if path.is_dir():
-            return cls("dir", str(path.resolve()))
-        if path.is_file() and path.suffix == ".whl":
-            return cls("file", str(path.resolve()))
+        local = local_wheels(text)
+        if local:
+            return cls(*local)
         raise UsageProblem(f"--torch-wheel {text!r}: not a .whl file, a folder of wheels, a URL, or 'index'")
+
+
+def local_wheels(text: str) -> tuple[str, str] | None:
+    """("file", path) for a .whl file, ("dir", path) for a folder of wheels, else None."""
+    path = Path(text).expanduser()
+    if path.is_dir():
+        return "dir", str(path.resolve())
+    if path.is_file() and path.suffix == ".whl":
+        return "file", str(path.resolve())
+    return None
 
 
 @dataclass(frozen=True)
