@@ -20,11 +20,17 @@ BUILD_INFO = f"{TOOLKIT_DIR}/build-info.json"
 ENTRYPOINT = f"{TOOLKIT_DIR}/entrypoint.sh"
 ENTRYPOINT_CONF = f"{TOOLKIT_DIR}/entrypoint.conf"
 
+# In a stage that installs Python packages: what its throwaway fetch stage downloaded from the
+# package index (the only step that reaches it), for its own steps to install offline.
+DOWNLOADS_DIR = f"{TOOLKIT_DIR}/downloads"
+
 # Throwaway places of the build stages: unpacked sources and out-of-tree builds.
 BUILD_TREES_DIR = "/tmp/torchstack-src"
 
-# BuildKit's cache mount for ccache (--builder buildx).
+# BuildKit's cache mount for ccache (--builder buildx): where compiling steps mount it, and its id
+# in BuildKit's store, one per architecture (--ccache-dir moves it to and from a host folder).
 CCACHE_DIR = "/ccache"
+CCACHE_ID = "torchstack-ccache-{arch}"
 
 # In the libs image: the compiled libraries the final image ships, at their own paths under this
 # folder (symbolic links kept), so that the final stage copies them with one COPY, links intact.

@@ -9,14 +9,10 @@ import subprocess
 
 from torchstack import __version__, tags
 from torchstack.layout import VENV
-from torchstack.model import ROOT, Catalog
+from torchstack.model import ROOT, SCRIPTS, TEMPLATES, Catalog
 from torchstack.plan import RELEASE_STAGE, Plan, Request, StagePlan
 from torchstack.selection import RUNTIMES, Selection
 
-# build-info keys that only the release image carries: they depend on the release or the torch
-# install, and an earlier stage's labels must not (a new release would rebuild OpenBLAS).
-RELEASE_ONLY = ("release_tag", "release", "python_constraints", "runtime", "runtime_env", "cpu_features", "payload",
-                "torch_blas", "toolkit", "cpu_wants", "probes", "plugins")
 # How torch.__config__.show() names the BLAS (BLAS_INFO, LAPACK_INFO) for its build variable BLAS.
 TORCH_BLAS_INFO = {"OpenBLAS": "open", "MKL": "mkl", "Eigen": "eigen", "BLIS": "blis", "APL": "armpl"}
 
@@ -124,40 +120,91 @@ def toolkit_revision() -> dict:
 
 def stage_labels(plan: Plan, stage: StagePlan) -> dict[str, str]:
     """A stage image's OCI labels and build information. The release image (RELEASE_STAGE)
-    carries all of it; an earlier stage only what its own content depends on. Labels are part
-    of an image, and the next stage is built FROM it: a release or torch version in the libs
-    image would make another torch recompile OpenBLAS and ACL."""
+    carries all of it; an earlier stage only what its own content depends on (`content`). Labels
+    are part of an image, and the next stage is built FROM it: a backend's name, a release or a
+    torch version in the libs image would make another backend or torch recompile OpenBLAS."""
+    if stage.name != RELEASE_STAGE:
+        info = content(plan, stage)
+        return {
+            "org.opencontainers.image.licenses": "BSD-3-Clause",
+            "org.opencontainers.image.base.name": plan.base_image,
+            "org.opencontainers.image.title": f"torchstack {stage.name} stage for {plan.distribution.name} {plan.arch.name}"
+            + (f" ({info['target']})" if "target" in info else ""),
+            "io.torchstack.arch": plan.arch.name,
+            "io.torchstack.stage": stage.name,
+            "io.torchstack.build-info": json.dumps(info, sort_keys=True),
+        }  # fmt: skip
     info = build_info(plan)
-    labels = {
+    return {
         "org.opencontainers.image.licenses": "BSD-3-Clause",
         "org.opencontainers.image.base.name": plan.base_image,
+        "org.opencontainers.image.title": f"PyTorch {plan.torch_version} on {plan.backend.name} for {plan.target.name} ({plan.arch.name})",
+        "org.opencontainers.image.version": plan.release_tag,
+        "org.opencontainers.image.revision": info["toolkit"]["revision"] or "",
         "io.torchstack.arch": plan.arch.name,
         "io.torchstack.backend": plan.backend.name,
         "io.torchstack.target": plan.target.name,
         "io.torchstack.stage": stage.name,
-    }
-    if stage.name == RELEASE_STAGE:
-        labels.update({
-            "org.opencontainers.image.title": (
-                f"PyTorch {plan.torch_version} on {plan.backend.name} for {plan.target.name} ({plan.arch.name})"
-            ),
-            "org.opencontainers.image.version": plan.release_tag,
-            "io.torchstack.release": plan.release,
-            "io.torchstack.torch.version": plan.torch_version,
-            "org.opencontainers.image.revision": info["toolkit"]["revision"] or "",
-            "io.torchstack.runtime": plan.runtime,
-            "io.torchstack.plugins": " ".join(p.requirement for p in plan.plugins),
-        })  # fmt: skip
-    else:
-        labels["org.opencontainers.image.title"] = (
-            f"torchstack {stage.name} stage: {plan.backend.name} for {plan.target.name} ({plan.arch.name})"
+        "io.torchstack.release": plan.release,
+        "io.torchstack.torch.version": plan.torch_version,
+        "io.torchstack.runtime": plan.runtime,
+        "io.torchstack.plugins": " ".join(p.requirement for p in plan.plugins),
+        "io.torchstack.build-info": json.dumps(info, sort_keys=True),
+    }  # fmt: skip
+
+
+def content(plan: Plan, stage: StagePlan) -> dict:
+    """What an earlier stage's image holds, as its build-info label records it: the architecture,
+    the distribution, the components built in it or in a stage it is built from, and the target
+    and its flags only when one of them is compiled here (a base stage, or a libs stage of Debian's
+    OpenBLAS, is the same for every target). No backend, release or plugin: two backends whose
+    earlier stages hold the same things share them."""
+    info = build_info(plan)
+    components = [c for c in plan.components if c.stage in stage.upstream]
+    found = {key: info[key] for key in ("arch", "distribution", "python", "venv")}
+    found["components"] = {c.name: info["components"][c.name] for c in components}
+    if any(c.method == "source" for c in components):
+        found.update({key: info[key] for key in ("target", "target_flag", "cflags")})
+    if any(c.name == "torch" for c in components):
+        found["torch_version"] = plan.torch_version
+    return found
+
+
+def stage_identity(plan: Plan, stage: StagePlan) -> str:
+    """A digest of everything that goes into an earlier stage's image: the image it is built FROM
+    (itself named by its identity, up to the OS image), the stages it copies from, the Dockerfile
+    template, its Debian packages, its labels (`content`), and for each component built in it the
+    script inputs, build packages and requirements and the script itself. Two plans with the same
+    identity for a stage build the same image: the planner names the stage image by it."""
+    own = [c for c in plan.components if c.stage == stage.name]
+    recipe = {
+        "from": stage.parent_image,
+        "copies": stage.copies,
+        "packages": sorted(stage.packages),
+        "labels": stage_labels(plan, stage),
+        "components": [
+            {"name": c.name, "env": c.env, "build_packages": sorted(c.build_packages), "downloads": list(c.downloads)}
+            for c in own
+        ],
+    }  # fmt: skip
+    digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode())
+    files = [TEMPLATES / stage.template, TEMPLATES / "_common.j2", ROOT / "torchstack" / "layout.py"]
+    files += [SCRIPTS / name for c in own if c.source for name in ("prepare-source.sh", c.script)]
+    for path in files:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def stage_image(plan: Plan, stage: StagePlan) -> str:
+    """An earlier stage's image name: what it holds, readably, and its identity's first 12 digits,
+    e.g. torchstack-tools:bookworm-x86_64-numpy-2.3.5-0b1c2d3e4f5a."""
+    info = content(plan, stage)
+    own = [
+        {"source": f"{c.name}-{tags.tag_version(c.version)}", "wheel": f"{c.name}.wheel-{tags.tag_version(c.version)}"}.get(
+            c.method, f"{c.name}.{c.method}"
         )
-        info["components"] = {
-            name: c for name, c in info["components"].items() if plan.component(name).stage in stage.upstream
-        }
-        for key in RELEASE_ONLY:
-            del info[key]
-        if "torch" not in info["components"]:
-            del info["torch_version"]
-    labels["io.torchstack.build-info"] = json.dumps(info, sort_keys=True)
-    return labels
+        for c in plan.components
+        if c.stage == stage.name
+    ]
+    readable = "-".join([plan.distribution.name, plan.arch.name, *([info["target"]] if "target" in info else []), *own])
+    return f"{plan.repository}-{stage.name}:{readable[:110]}-{stage_identity(plan, stage)[:12]}"

@@ -17,6 +17,8 @@ from torchstack.errors import DataError
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
+TEMPLATES = ROOT / "templates"  # the stages' Dockerfile templates
+SCRIPTS = ROOT / "scripts"  # the build scripts the stages copy in
 
 
 # A Python package pinned to one version, as pip reads it: name==version
@@ -205,6 +207,7 @@ class Source(Frozen):
 
 class Alternative(Frozen):
     prefix: str | None = None
+    requirements: tuple[str, ...] = ()  # what pip installs for it ("{version}": the component's)
     build_packages: tuple[str, ...] = ()
     runtime_packages: tuple[str, ...] = ()
 

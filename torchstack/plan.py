@@ -64,6 +64,7 @@ class ComponentPlan:
     runtime_packages: tuple[str, ...]
     build_requirements: tuple[str, ...]
     runtime_requirements: tuple[str, ...] = ()  # pip constraints for the packages it pulls in
+    downloads: tuple[str, ...] = ()  # what its stage's fetch step downloads for it (recipes.pip_requirements)
     ships: tuple[ShippedLibraries, ...] = ()
 
     @property
@@ -150,6 +151,13 @@ class Plan:
     @property
     def final_image(self) -> str:
         return f"{self.repository}:{self.release_tag}"
+
+    @property
+    def top_image(self) -> str:
+        """The name the build's top image gets once its checks pass: the release image, or for a
+        build that stops earlier, `<repository>-<stage>:<release tag>` (besides its content name)."""
+        top = self.stages[-1]
+        return self.final_image if top.name == RELEASE_STAGE else f"{self.repository}-{top.name}:{self.release_tag}"
 
     @property
     def platform(self) -> str:

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from datetime import datetime, timezone
 
 from torchstack import host, tags
 from torchstack.errors import UsageProblem
-from torchstack.metadata import tag_variants
+from torchstack.metadata import stage_image, tag_variants
 from torchstack.model import Catalog, Stage
-from torchstack.plan import ComponentPlan, Payload, Plan, Request, ShippedLibraries, StagePlan
-from torchstack.recipes import RecipeInputs, exports_of, script_inputs
+from torchstack.plan import RELEASE_STAGE, ComponentPlan, Payload, Plan, Request, ShippedLibraries, StagePlan
+from torchstack.recipes import RecipeInputs, exports_of, pip_requirements, script_inputs
 from torchstack.selection import Selection, select
 
 GIB_PER_TORCH_JOB = 3.0
@@ -38,7 +39,7 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
     base_image = request.base_image or f"torchstack-os:{selection.distribution.name}-{selection.arch.debian}"
     stages = _stage_plans(catalog, selection.stage, components, base_image, f"{repository}-{{stage}}:{release_tag}")
 
-    return Plan(
+    plan = Plan(
         arch=selection.arch,
         distribution=selection.distribution,
         backend=selection.backend,
@@ -63,6 +64,26 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
         payload=_payload(selection, components),
         plugins=selection.plugins,
     )
+    return _named_by_content(catalog, plan)
+
+
+def _named_by_content(catalog: Catalog, plan: Plan) -> Plan:
+    """Each earlier stage's image named by what it holds (metadata.stage_image), parents first, so
+    that a child's identity includes its parent's. The release stage keeps its release name."""
+    images: dict[str, str] = {}
+    stages = []
+    for stage in plan.stages:
+        parent = catalog.stage(stage.name).parent
+        stage = dataclasses.replace(
+            stage,
+            parent_image=images[parent] if parent else stage.parent_image,
+            copies={name: images[name] for name in stage.copies},
+        )
+        if stage.name != RELEASE_STAGE:
+            stage = dataclasses.replace(stage, image=stage_image(plan, stage))
+        images[stage.name] = stage.image
+        stages.append(stage)
+    return dataclasses.replace(plan, stages=tuple(stages))
 
 
 def _component_plans(
@@ -127,6 +148,7 @@ def _component_plans(
                 runtime_packages=component.runtime_packages if compiled else (alternative.runtime_packages if alternative else ()),
                 build_requirements=component.build_requirements if compiled else (),
                 runtime_requirements=component.runtime_requirements,
+                downloads=pip_requirements(inputs),
                 ships=_shipped(name, prefix, component.ships) if compiled else (),
             )
         )

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from torchstack.errors import DataError
-from torchstack.layout import BUILD_TREES_DIR, CCACHE_DIR, IMAGE_PATH, PATCHES_DIR, SOURCE_TREES_DIR, SOURCES_DIR, VENV, WHEELS_DIR
+from torchstack.layout import BUILD_TREES_DIR, CCACHE_DIR, DOWNLOADS_DIR, IMAGE_PATH, PATCHES_DIR, SOURCE_TREES_DIR, SOURCES_DIR, VENV, WHEELS_DIR
 from torchstack.model import Architecture, Backend, Component, Source, Target
 
 
@@ -48,6 +48,22 @@ def script_inputs(inputs: RecipeInputs) -> dict[str, str]:
     if recipe is None:
         raise DataError(f"component {inputs.component.name} has no recipe in torchstack/recipes.py")
     return {**_source_inputs(inputs), **recipe(inputs)}
+
+
+def pip_requirements(inputs: RecipeInputs) -> tuple[str, ...]:
+    """What the component's step installs with pip: its build requirements when compiled, else
+    its alternative's requirements. The stage's fetch step downloads them; the step installs
+    them offline (`_offline`)."""
+    if inputs.compiles:
+        return inputs.component.build_requirements
+    alternative = inputs.component.alternatives.get(inputs.method)
+    return tuple(r.format(version=inputs.version) for r in alternative.requirements) if alternative else ()
+
+
+def _offline() -> dict[str, str]:
+    """pip takes packages only from what the stage's fetch step downloaded: the step that
+    compiles reaches no index and holds no secret, so its layer can be shared through a registry."""
+    return {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": DOWNLOADS_DIR}
 
 
 def exports_of(component: Component, prefix: str | None) -> dict[str, str]:
@@ -117,7 +133,7 @@ def zdnn(inputs: RecipeInputs) -> dict[str, str]:
 
 def numpy(inputs: RecipeInputs) -> dict[str, str]:
     if not inputs.compiles:
-        return {"NUMPY_REQUIREMENT": f"numpy=={inputs.version}", "VENV": VENV}
+        return {"VENV": VENV, **_offline()}
     flags = f"-O2 {inputs.target.flag}"
     return {
         "CFLAGS": flags,
@@ -126,6 +142,7 @@ def numpy(inputs: RecipeInputs) -> dict[str, str]:
         **inputs.exported,
         "NUMPY_SETUP_ARGS": "-Dblas=openblas -Dlapack=openblas -Dallow-noblas=false",
         "BUILD_REQUIREMENTS": " ".join(inputs.component.build_requirements),
+        **_offline(),
         "VENV": VENV,
         "JOBS": str(inputs.jobs),
         **_ccache_on_path(inputs),
@@ -147,6 +164,7 @@ def torch(inputs: RecipeInputs) -> dict[str, str]:
         "CFLAGS": flags,
         "CXXFLAGS": flags,
         "BUILD_REQUIREMENTS": " ".join(inputs.component.build_requirements),
+        **_offline(),
         "VENV": VENV,
         "WHEELS": WHEELS_DIR,
         "KEEP_SOURCE": f"{SOURCE_TREES_DIR}/pytorch",

@@ -16,12 +16,10 @@ import jinja2
 from torchstack import layout
 from torchstack.errors import ToolkitError
 from torchstack.metadata import build_info
-from torchstack.model import ROOT
+from torchstack.model import ROOT, SCRIPTS, TEMPLATES
 from torchstack.plan import RELEASE_STAGE, Plan, StagePlan
 from torchstack.planner import env_line
 
-TEMPLATES = ROOT / "templates"
-SCRIPTS = ROOT / "scripts"
 PATCHES = ROOT / "patches"
 EXAMPLES = ROOT / "examples"
 
@@ -59,6 +57,7 @@ def _environment() -> jinja2.Environment:
     )
     env.filters["env_line"] = env_line
     env.filters["basename"] = posixpath.basename
+    env.filters["quote"] = shlex.quote
     return env
 
 
