@@ -88,10 +88,11 @@ def _resolve_builder(choice: str, methods: dict[str, str]) -> str:
 def request_from(options: dict) -> Request:
     methods = {k.removeprefix("from_"): v for k, v in options.items() if k.startswith("from_") and v != "source"}
     builder = options["builder"]
-    if options.get("buildx_builder"):
-        if builder == "docker":
-            raise UsageProblem("--buildx-builder names a BuildKit builder: use it with --builder buildx (or auto)")
-        builder = "buildx"
+    for option, why in (("buildx_builder", "names a BuildKit builder"), ("ccache_dir", "moves BuildKit's compiler cache")):
+        if options.get(option):
+            if builder == "docker":
+                raise UsageProblem(f"--{option.replace('_', '-')} {why}: use it with --builder buildx (or auto)")
+            builder = "buildx"
     return Request(
         builder=_resolve_builder(builder, methods),
         build_type=options["build_type"],
@@ -170,8 +171,10 @@ def format_inspection(report: dict) -> str:
         f"image         {report['image']} ({report['id'][:19]}, built {report['created'][:19]}Z)",
         f"release tag   {info.get('release_tag', '(a stage image)')}"
         + ("" if report["labels_agree"] or "release_tag" not in info else "  [labels disagree with it]"),
-        f"torch         {info.get('torch_version', '-')} on {info['backend']}, {info['arch']}, {info['distribution']}",
-        f"target        {info['target']}: {info['target_flag']}" + (f"  (CFLAGS {info['cflags']})" if info.get("cflags") else ""),
+        f"torch         {info.get('torch_version', '-')} on {info.get('backend', '(a stage image: any backend)')}, "
+        f"{info['arch']}, {info['distribution']}",
+        f"target        {info.get('target', '(nothing compiled for one)')}: {info.get('target_flag', '-')}"
+        + (f"  (CFLAGS {info['cflags']})" if info.get("cflags") else ""),
         f"toolkit       torchstack {toolkit.get('version', '?')}, revision {toolkit.get('revision') or 'unknown'}",
         "components",
     ]
@@ -223,6 +226,12 @@ def _check_index_url(ctx: click.Context, param: click.Parameter, value: str | No
     return value
 
 
+def _check_cache_registry(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    from torchstack.publish import check_registry
+
+    return check_registry(value, "--cache-from") if value else None
+
+
 def make_cli(catalog: Catalog) -> click.Group:
     with_plan = plan_options(catalog)
 
@@ -249,6 +258,12 @@ def make_cli(catalog: Catalog) -> click.Group:
                       help="With --push, push the stage images too, so other hosts' builds start from them.")
         @click.option("--registry", metavar="HOST[:PORT]/NAMESPACE",
                       help="Where --push sends images, e.g. ghcr.io/acme: the image becomes ghcr.io/acme/torchstack:TAG.")
+        @click.option("--cache-from", metavar="HOST[:PORT]/NAMESPACE", callback=_check_cache_registry,
+                      help="Reuse the stage images another host pushed there (--push-stages) as build cache: the "
+                      "engine reuses each step that matches and builds what changed.")
+        @click.option("--ccache-dir", type=click.Path(file_okay=False, path_type=Path),
+                      help="Keep BuildKit's compiler cache in this host folder too: loaded before the build, saved "
+                      "after it, for CI caches (implies --builder buildx).")
         @click.option("--source-mirror", help="Folder or URL holding the pinned source files (air-gapped hosts).")
         @click.option("--debian-mirror", help="Debian archive URL for bootstrapping the base image.")
         @functools.wraps(func)
@@ -276,15 +291,18 @@ def make_cli(catalog: Catalog) -> click.Group:
         if options["push"] or options["push_stages"]:
             from torchstack.publish import wanted
 
+            # Refused here, before any work; the build names the images again once its plan is final.
             pushes = wanted(plan, options["registry"], options["push_stages"], checked=not options["no_test"])
         if options["dry_run"]:
             click.echo(format_plan(plan))
+            if options["cache_from"]:
+                click.echo(f"cache from    {options['cache_from']}: each stage image above, pulled where this engine lacks it")
             for local, remote in pushes:
                 click.echo(f"push          {local} -> {remote}")
             return
         from torchstack.pipeline import run_build
 
-        run_build(catalog, request, plan, {**options, "pushes": pushes})
+        run_build(catalog, request, plan, options)
 
     @cli.command("plan")
     @with_plan

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ class BuildResult:
     image_id: str
     seconds: float
     cached: bool
+    ran: tuple[str, ...] = ()  # the steps the engine ran, not took from its cache (FROM aside)
 
 
 def build_image(
@@ -66,11 +68,15 @@ def build_image(
     progress: BuildProgress,
     stage: str,
     log_path: Path,
+    cache_from: list[str] | None = None,
 ) -> BuildResult:
     """Build one image with the engine's streaming (legacy) builder; tag it only if it succeeds.
 
     The engine applies `tag` after the last step, so a failed or interrupted build leaves no
     tag behind, and every finished step stays in the engine's cache for the next run.
+    `cache_from`: images here (pulled from a registry) whose steps the engine may reuse, step by
+    step, where they match; the engine then takes its own cache only where a source descends
+    from it, so the caller passes images it lacked, not ones it built.
     """
     stream = client.api.build(
         path=str(context),
@@ -82,10 +88,13 @@ def build_image(
         forcerm=True,
         pull=False,
         network_mode="host",
+        cache_from=cache_from or None,
         decode=True,
     )
     image_id = None
     from_steps = 0
+    ran: list[str] = []
+    step_cached = True  # the step under way: its instruction is in progress.instruction
     try:
         for chunk in stream:
             if "error" in chunk:
@@ -97,21 +106,27 @@ def build_image(
                 stripped = line.strip()
                 match = _STEP.match(stripped)
                 if match:
+                    if not step_cached:
+                        ran.append(progress.instruction)
                     progress.step, progress.steps, progress.instruction = int(match[1]), int(match[2]), match[3]
-                    if match[3].upper().startswith("FROM"):
+                    step_cached = match[3].upper().startswith("FROM")
+                    if step_cached:
                         from_steps += 1
                 elif stripped == "---> Using cache":
                     progress.cached_steps += 1
+                    step_cached = True
                 elif stripped:
                     progress.tail.append(stripped)
                 log(line)  # after the progress, so that a new step is shown as it starts
     finally:
         stream.close()
+    if not step_cached:
+        ran.append(progress.instruction)
     if image_id is None:
         image_id = client.images.get(tag).id
     seconds = time.monotonic() - progress.started
     cached = progress.steps > 0 and progress.cached_steps >= progress.steps - from_steps
-    return BuildResult(image_id=image_id, seconds=seconds, cached=cached)
+    return BuildResult(image_id=image_id, seconds=seconds, cached=cached, ran=tuple(ran))
 
 
 def _failure(stage: str, progress: BuildProgress, detail: str, log_path: Path) -> BuildFailed:
@@ -139,6 +154,7 @@ def build_image_buildx(
     stage: str,
     log_path: Path,
     builder: str | None = None,
+    cache_from: list[str] | None = None,
 ) -> BuildResult:
     """Build one image with BuildKit (`docker buildx build --load`): cache mounts and secrets.
     `builder` names a builder made with `docker buildx create` (remote, Kubernetes, ...); the
@@ -147,7 +163,7 @@ def build_image_buildx(
     BuildKit names the image only once it is complete, so a failed or interrupted build
     leaves no tag; finished steps stay in BuildKit's cache.
     """
-    command = buildx_command(context, tag, platform, labels, nocache, secrets, builder)
+    command = buildx_command(context, tag, platform, labels, nocache, secrets, builder, cache_from)
     steps: dict[str, str] = {}
     cached: set[str] = set()
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, bufsize=1)
@@ -176,14 +192,19 @@ def build_image_buildx(
     image_id = subprocess.run(
         ["docker", "image", "inspect", "--format", "{{.Id}}", tag], capture_output=True, text=True
     ).stdout.strip()
-    return BuildResult(image_id=image_id, seconds=time.monotonic() - progress.started, cached=run_steps <= cached)
+    ran = tuple(steps[k] for k in sorted(run_steps - cached, key=int))
+    return BuildResult(image_id=image_id, seconds=time.monotonic() - progress.started, cached=run_steps <= cached, ran=ran)
 
 
 def buildx_command(context: Path, tag: str, platform: str, labels: dict[str, str], nocache: bool,
-                   secrets: dict[str, Path], builder: str | None = None) -> list[str]:  # fmt: skip
-    """The `docker buildx build` command line for one stage."""
+                   secrets: dict[str, Path], builder: str | None = None, cache_from: list[str] | None = None) -> list[str]:  # fmt: skip
+    """The `docker buildx build` command line for one stage. The image carries its cache
+    metadata inline (`--cache-to type=inline`: the layers of the stage's own image, which is what
+    BuildKit's `docker` driver can export), so that, pushed, it serves another host's
+    `--cache-from type=registry,ref=IMAGE`."""
     command = ["docker", "buildx", "build", "--progress=plain", "--load", "--tag", tag,
-               "--platform", platform, "--network", "host"]  # fmt: skip
+               "--platform", platform, "--network", "host", "--cache-to", "type=inline"]  # fmt: skip
+    command += [arg for ref in cache_from or () for arg in ("--cache-from", f"type=registry,ref={ref}")]
     if builder:
         command += ["--builder", builder]
     if nocache:
@@ -193,12 +214,57 @@ def buildx_command(context: Path, tag: str, platform: str, labels: dict[str, str
     return [*command, str(context)]
 
 
+def ccache_dockerfile(direction: str, image: str, cache_id: str, mount: str) -> str:
+    """A two-stage build that moves BuildKit's compiler cache mount `cache_id` from its build
+    context into the mount ("in"), or out of the mount into its output ("out"). Its RUN step is
+    never cached (the NONCE build argument changes every time)."""
+    work = "cp -a /seed/. {mount}/ && mkdir /moved" if direction == "in" else "mkdir /moved && cp -a {mount}/. /moved/"
+    binds = " --mount=type=bind,target=/seed" if direction == "in" else ""
+    return (
+        f"FROM {image} AS move\n"
+        "ARG NONCE\n"
+        f"RUN --mount=type=cache,id={cache_id},target={mount}{binds} {work.format(mount=mount)} && echo \"$NONCE\" > /moved/.nonce\n"
+        "FROM scratch\n"
+        f"COPY --from=move {'/moved/.nonce' if direction == 'in' else '/moved'} /\n"
+    )
+
+
+def move_ccache(direction: str, folder: Path, image: str, platform: str, cache_id: str, mount: str,
+                builder: str | None = None) -> None:  # fmt: skip
+    """BuildKit keeps cache mounts in its own store, which a new CI runner starts without: before a
+    build, seed the mount from `folder` ("in"); after it, write the mount back to `folder` ("out"),
+    which GitHub's cache action (or any other) keeps between runs. `image` is one with `cp` (the
+    OS image) for `platform`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="torchstack-ccache-") as work:
+        dockerfile = Path(work) / "Dockerfile"
+        dockerfile.write_text(ccache_dockerfile(direction, image, cache_id, mount))
+        output = folder if direction == "out" else Path(work) / "out"
+        command = ["docker", "buildx", "build", "--progress=plain", "--platform", platform, "--file", str(dockerfile),
+                   "--build-arg", f"NONCE={time.time_ns()}", "--output", f"type=local,dest={output}",
+                   *(["--builder", builder] if builder else []), str(folder if direction == "in" else work)]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise BuildFailed(f"--ccache-dir: moving the compiler cache {direction} of BuildKit failed: {last}")
+    (folder / ".nonce").unlink(missing_ok=True)
+
+
 def buildx_builder_exists(name: str) -> bool:
     return subprocess.run(["docker", "buildx", "inspect", name], capture_output=True).returncode == 0
 
 
 def image_size(client: docker.DockerClient, image: str) -> int:
     return int(client.images.get(image).attrs.get("Size", 0))
+
+
+def pull(client: docker.DockerClient, reference: str, platform: str) -> str | None:
+    """Pull `reference`; None when it came, else why not (one line)."""
+    try:
+        client.images.pull(reference, platform=platform)
+    except (docker.errors.APIError, docker.errors.ImageNotFound) as exc:
+        return " ".join(str(exc.explanation or exc).split())[:200]
+    return None
 
 
 def image_exists(client: docker.DockerClient, image: str) -> bool:

@@ -112,6 +112,33 @@ def _add_sbom(client, plan: Plan, image: str, context: Path, log_path: Path, vie
     return result.image_id, path
 
 
+def _cache_source(client, plan: Plan, image: str, registry: str | None, note) -> str | None:
+    """With --cache-from REGISTRY: `image` as that registry holds it, pulled when this engine lacks
+    it, for the engine to reuse its steps where they match. None when the engine has the image (its
+    own cache serves) or the pull fails (one warning line; the stage builds here)."""
+    if not registry or engine.image_exists(client, image):
+        return None
+    remote = publish.remote_name(registry, image)
+    problem = engine.pull(client, remote, plan.platform)
+    if problem:
+        note(f"torchstack: warning: --cache-from: no {remote} ({problem}); building it here")
+        return None
+    note(f"torchstack: --cache-from: pulled {remote}")
+    return remote
+
+
+def _base_image(client, plan: Plan, options: dict, view: BuildView) -> str:
+    """The OS image: here already, pulled from --cache-from's registry (the very image the stages
+    there were built on: one bootstrapped here would differ, and no step would match), else made
+    as bootstrap.ensure_base_image makes it."""
+    if plan.base_is_bootstrapped:
+        remote = _cache_source(client, plan, plan.base_image, options.get("cache_from"), view.note)
+        if remote:
+            repository, _, tag = plan.base_image.rpartition(":")
+            client.images.get(remote).tag(repository, tag)
+    return bootstrap.ensure_base_image(client, plan, options.get("debian_mirror"))
+
+
 def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> Plan:
     client = engine.connect()
     base_missing = not engine.image_exists(client, plan.base_image)
@@ -121,6 +148,11 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
         raise UsageProblem(f"--buildx-builder {options['buildx_builder']}: no such builder (see `docker buildx ls`)")
     request, plan = resolve_wheel(catalog, request, plan, options.get("pip_index_url"))
     plan = resolve_plugins(catalog, request, plan, options.get("pip_index_url"))
+    pushes = (
+        publish.wanted(plan, options.get("registry"), options.get("push_stages", False), checked=not options.get("no_test"))
+        if options.get("push") or options.get("push_stages")
+        else []
+    )
     source_files = sources.fetch_plan_sources(plan, options.get("source_mirror"))
 
     logs = sources.state_dir() / "logs"
@@ -139,9 +171,16 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
             view.note(note)
         if base_missing:
             how = "bootstrapping it from the Debian archive" if plan.base_is_bootstrapped else "pulling it"
+            how = f"pulling it from {options['cache_from']}, else {how}" if options.get("cache_from") else how
             view.note(f"torchstack: base image {plan.base_image} is not here; {how}")
-        base = bootstrap.ensure_base_image(client, plan, options.get("debian_mirror"))
+        base = _base_image(client, plan, options, view)
         view.note(f"torchstack: base image {base}")
+        ccache = functools.partial(engine.move_ccache, folder=options["ccache_dir"], image=base, platform=plan.platform,
+                                   cache_id=layout.CCACHE_ID.format(arch=plan.arch.name), mount=layout.CCACHE_DIR,
+                                   builder=options.get("buildx_builder")) if options.get("ccache_dir") else None  # fmt: skip
+        if ccache:
+            ccache("in")
+            view.note(f"torchstack: compiler cache loaded from {options['ccache_dir']}")
         for stage, report in zip(plan.stages, reports, strict=True):
             assemble_context(plan, stage, contexts / stage.name, source_files, secrets)
             progress = view.start(report)
@@ -149,14 +188,17 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
             log = functools.partial(view.line, stage.name)
             try:
                 if plan.builder == "buildx":
+                    # BuildKit asks the registry itself, and says so in its log when it lacks the image.
+                    cache = [publish.remote_name(options["cache_from"], stage.image)] if options.get("cache_from") else []
                     result = engine.build_image_buildx(
                         contexts / stage.name, stage.image, plan.platform, labels, options.get("no_cache", False),
-                        secrets.files(), log, progress, stage.name, log_path, options.get("buildx_builder"),
+                        secrets.files(), log, progress, stage.name, log_path, options.get("buildx_builder"), cache,
                     )  # fmt: skip
                 else:
+                    cache = _cache_source(client, plan, stage.image, options.get("cache_from"), view.note)
                     result = engine.build_image(
                         client, contexts / stage.name, stage.image, plan.platform, labels,
-                        options.get("no_cache", False), log, progress, stage.name, log_path,
+                        options.get("no_cache", False), log, progress, stage.name, log_path, [cache] if cache else None,
                     )  # fmt: skip
             except KeyboardInterrupt:
                 report.status = "interrupted"
@@ -169,9 +211,13 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
                 raise
             report.seconds = result.seconds
             report.cached = result.cached
+            report.ran = list(result.ran)
             report.size_bytes = engine.image_size(client, stage.image)
             report.status = "cached" if result.cached else "built"
 
+        if ccache:
+            ccache("out")
+            view.note(f"torchstack: compiler cache saved to {options['ccache_dir']}")
         top = plan.stages[-1]
         checked = top.image
         if top.name == RELEASE_STAGE:
@@ -179,7 +225,8 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
         if test_images:
             view.note(f"torchstack: checking {top.image}" + (f" with its SBOM ({checked[:19]})" if checked != top.image else ""))
             outcome = checks.run_checks(
-                client, catalog, checked, quiet=options.get("quiet", False), reuse=not options.get("recheck"),
+                client, catalog, checked, backend=plan.backend.name, quiet=options.get("quiet", False),
+                reuse=not options.get("recheck"),
             )  # fmt: skip
             checks_summary = outcome.summary
             if outcome.reused:
@@ -191,11 +238,10 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
             probes = _probe(client, plan, checked)
             for answer in probes.values():
                 view.note(f"torchstack: on this machine: {answer['says']}")
-        if top.name == RELEASE_STAGE:
-            repository, _, tag = plan.final_image.rpartition(":")
-            client.images.get(checked).tag(repository, tag)
-            reports[-1].tags.append(plan.final_image)
-        pushed = [publish.push(client, local, remote, view.note) for local, remote in options.get("pushes", [])]
+        repository, _, tag = plan.top_image.rpartition(":")
+        client.images.get(checked).tag(repository, tag)
+        reports[-1].tags.append(plan.top_image)
+        pushed = [publish.push(client, local, remote, view.note) for local, remote in pushes]
         for done in pushed:
             view.note(f"torchstack: pushed {done.reference} ({done.digest}, {done.layers} layers, "
                       f"{done.already_there} already there)")  # fmt: skip
@@ -220,5 +266,5 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
     if not options.get("quiet"):
         view.console.print(summary_table(reports))
         view.console.print(f"checks: {checks_summary}", highlight=False)
-    print(plan.final_image if top.name == RELEASE_STAGE else top.image)
+    print(plan.top_image)
     return plan

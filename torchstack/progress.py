@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rich.console import Console
@@ -24,6 +24,7 @@ class StageReport:
     seconds: float | None = None
     cached: bool | None = None
     status: str = "waiting"  # waiting | building | built | cached | failed | interrupted
+    ran: list[str] = field(default_factory=list)  # steps the engine ran rather than took from its cache
 
 
 def _elapsed(seconds: float | None) -> str:

@@ -44,13 +44,13 @@ class Pushed:
     attempts: int
 
 
-def check_registry(registry: str) -> str:
+def check_registry(registry: str, option: str = "--registry") -> str:
     """HOST[:PORT][/NAMESPACE], where HOST names a registry (a dot, a port, or localhost)."""
     host, _, namespace = registry.strip("/").partition("/")
     looks_like_host = "." in host or ":" in host or host == "localhost"
     if not looks_like_host or (namespace and not re.fullmatch(r"[a-z0-9]+(?:[._/-][a-z0-9]+)*", namespace)):
         raise UsageProblem(
-            f"--registry {registry!r}: expected HOST[:PORT]/NAMESPACE, for example ghcr.io/acme or localhost:5000/ml"
+            f"{option} {registry!r}: expected HOST[:PORT]/NAMESPACE, for example ghcr.io/acme or localhost:5000/ml"
         )
     return registry.strip("/")
 
@@ -63,18 +63,21 @@ def remote_name(registry: str, local: str) -> str:
 
 
 def wanted(plan: Plan, registry: str | None, push_stages: bool, checked: bool) -> list[tuple[str, str]]:
-    """(local name, name in the registry) of each image a build with --push sends, checked before
-    any build starts: the release image (or the top stage, when the build stops earlier), and with
-    --push-stages every stage image, so that another host's build can start from them."""
+    """(local name, name in the registry) of each image a build with --push sends: the release
+    image (or the top stage, when the build stops earlier), and with --push-stages the OS image
+    bootstrapped here and every stage image under its content name, so that another host's build
+    with --cache-from starts from them."""
     if not registry:
         raise UsageProblem("--push needs --registry HOST[:PORT]/NAMESPACE, for example --registry ghcr.io/acme")
     if not checked:
         raise UsageProblem("--push sends only checked images: drop --no-test")
     registry = check_registry(registry)
-    top = plan.stages[-1]
-    # The final stage's own name is the release image under its pre-check name: sent once, as the release.
-    names = [stage.image for stage in plan.stages if stage.name != RELEASE_STAGE] if push_stages else []
-    names.append(plan.final_image if top.name == RELEASE_STAGE else top.image)
+    names = []
+    if push_stages:
+        # The final stage's own name is the release image under its pre-check name: sent once, as the release.
+        names += [plan.base_image] if plan.base_is_bootstrapped else []
+        names += [stage.image for stage in plan.stages if stage.name != RELEASE_STAGE]
+    names.append(plan.top_image)
     return [(name, remote_name(registry, name)) for name in dict.fromkeys(names)]
 
 

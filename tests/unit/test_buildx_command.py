@@ -6,15 +6,21 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from torchstack.cli import make_cli
-from torchstack.engine import buildx_command
+from torchstack.engine import buildx_command, ccache_dockerfile
 
 
 def test_a_stage_is_built_and_loaded_back_with_its_secrets_and_labels():
     command = buildx_command(Path("/ctx/libs"), "torchstack-libs:t", "linux/arm64", {"a": "1"}, False,
                              {"ca-bundle": Path("/run/ca.pem")})  # fmt: skip
     assert command == ["docker", "buildx", "build", "--progress=plain", "--load", "--tag", "torchstack-libs:t",
-                       "--platform", "linux/arm64", "--network", "host", "--secret", "id=ca-bundle,src=/run/ca.pem",
-                       "--label", "a=1", "/ctx/libs"]  # fmt: skip
+                       "--platform", "linux/arm64", "--network", "host", "--cache-to", "type=inline",
+                       "--secret", "id=ca-bundle,src=/run/ca.pem", "--label", "a=1", "/ctx/libs"]  # fmt: skip
+
+
+def test_with_a_cache_registry_each_stage_imports_its_image_there_as_cache():
+    command = buildx_command(Path("/ctx/tools"), "torchstack-tools:x", "linux/amd64", {}, False, {},
+                             cache_from=["ghcr.io/acme/torchstack-tools:x"])  # fmt: skip
+    assert command[command.index("--cache-from") + 1] == "type=registry,ref=ghcr.io/acme/torchstack-tools:x"
 
 
 def test_a_named_builder_builds_it_and_the_image_still_comes_back_here():
@@ -30,3 +36,26 @@ def test_a_builder_name_with_the_legacy_builder_is_refused(catalog):
 def test_a_builder_name_picks_buildkit(catalog):
     result = CliRunner().invoke(make_cli(catalog), ["--dry-run", "--backend", "onednn", "--buildx-builder", "fleet"])
     assert result.exit_code == 0 and "builder       buildx" in result.output, result.output
+
+
+def test_the_compiler_cache_moves_in_from_the_context_and_out_into_the_output():
+    seed = ccache_dockerfile("in", "torchstack-os:bookworm-amd64", "torchstack-ccache-x86_64", "/ccache")
+    assert "RUN --mount=type=cache,id=torchstack-ccache-x86_64,target=/ccache --mount=type=bind,target=/seed cp -a /seed/. /ccache/" in seed
+    dump = ccache_dockerfile("out", "torchstack-os:bookworm-amd64", "torchstack-ccache-x86_64", "/ccache")
+    assert "cp -a /ccache/. /moved/" in dump and dump.endswith("COPY --from=move /moved /\n")
+    for text in (seed, dump):
+        assert text.startswith("FROM torchstack-os:bookworm-amd64 AS move\nARG NONCE\n") and '"$NONCE"' in text
+
+
+def test_the_compiler_cache_folder_needs_buildkit(catalog):
+    refused = CliRunner().invoke(make_cli(catalog), ["--dry-run", "--builder", "docker", "--ccache-dir", "ccache"])
+    assert refused.exit_code == 2 and "--ccache-dir moves BuildKit's compiler cache: use it with --builder buildx" in refused.output
+    picked = CliRunner().invoke(make_cli(catalog), ["--dry-run", "--torch-from", "wheel", "--ccache-dir", "ccache"])
+    assert picked.exit_code == 0 and "builder       buildx" in picked.output, picked.output
+
+
+def test_a_cache_registry_without_a_host_is_one_line(catalog):
+    result = CliRunner().invoke(make_cli(catalog), ["--dry-run", "--cache-from", "acme"])
+    assert result.exit_code == 2 and "--cache-from 'acme': expected HOST[:PORT]/NAMESPACE" in result.output, result.output
+    shown = CliRunner().invoke(make_cli(catalog), ["--dry-run", "--cache-from", "ghcr.io/acme"])
+    assert "cache from    ghcr.io/acme: each stage image above" in shown.output, shown.output

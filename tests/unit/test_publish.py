@@ -33,8 +33,9 @@ def test_the_release_image_goes_under_the_registry(plan_for):
 def test_push_stages_sends_each_stage_then_the_release_once(plan_for):
     plan = plan_for(backend="onednn-acl", release="r26.11")
     sent = [remote for _, remote in wanted(plan, "localhost:5000/ml", push_stages=True, checked=True)]
-    stages = [f"localhost:5000/ml/torchstack-{s}:{TAG}" for s in ("base", "libs", "tools", "dev")]
-    assert sent == [*stages, f"localhost:5000/ml/torchstack:{TAG}"]
+    # The OS image the stages are built on goes first: another host's --cache-from needs that very image.
+    stages = [f"localhost:5000/ml/{plan.stage(s).image}" for s in ("base", "libs", "tools", "dev")]
+    assert sent == ["localhost:5000/ml/torchstack-os:bookworm-arm64", *stages, f"localhost:5000/ml/torchstack:{TAG}"]
 
 
 def test_a_build_that_stops_early_pushes_its_top_stage(plan_for):

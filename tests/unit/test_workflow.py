@@ -65,13 +65,30 @@ def test_images_are_pushed_only_from_the_default_branch(workflow):
     build = workflow["jobs"]["build"]
     publish = build["env"]["PUBLISH"]
     assert "github.event_name == 'push'" in publish and "github.event.repository.default_branch" in publish
+    assert build["permissions"]["packages"] == "write", "a pull request's token is read-only whatever this says"
     for _, step in steps(workflow):
         run = step.get("run", "")
-        if "docker login" in run:
-            assert step["if"] == "env.PUBLISH == 'true'"
         if "--push" in run:
-            assert 'if [ "$PUBLISH" = true ]' in run
+            assert 'if [ "$PUBLISH" = true ]; then push=(--push --push-stages' in run
         assert "secrets." not in run, "a secret goes through env:, never into the script's text"
+
+
+def test_every_job_builds_with_the_registrys_stages_as_cache(workflow):
+    """Pull requests too: the login that lets them read the stage images has no condition, and the
+    build names the same registry for --cache-from that the default branch pushes its stages to."""
+    login = next(step for _, step in steps(workflow) if "docker login ghcr.io" in step.get("run", ""))
+    assert "if" not in login
+    run = next(step["run"] for _, step in steps(workflow) if "./build.py $BUILD_ARGS" in step.get("run", ""))
+    assert 'registry="ghcr.io/${GITHUB_REPOSITORY_OWNER,,}"' in run
+    assert '--cache-from "$registry"' in run and '--registry "$registry"' in run
+
+
+def test_the_compiler_cache_survives_between_runs_per_architecture_target_and_backend(workflow):
+    cache = next(step for _, step in steps(workflow) if step.get("uses", "").startswith("actions/cache@"))
+    key = "ccache-${{ matrix.arch }}-${{ matrix.target }}-${{ matrix.backend }}-"
+    assert cache["with"]["key"].startswith(key) and cache["with"]["restore-keys"] == key
+    run = next(step["run"] for _, step in steps(workflow) if "./build.py $BUILD_ARGS" in step.get("run", ""))
+    assert f"--ccache-dir {cache['with']['path']}" in run
 
 
 def test_every_run_script_passes_shellcheck(workflow, tmp_path):
@@ -103,9 +120,10 @@ def test_every_build_command_is_one_the_toolkit_accepts(catalog, workflow):
     """Each matrix entry's arguments, with and without the push, parse as the CLI's options."""
     cli = make_cli(catalog)
     run = next(step["run"] for _, step in steps(workflow) if "./build.py $BUILD_ARGS" in step.get("run", ""))
-    assert "--json summary.json" in run and '--push --registry "ghcr.io/' in run
+    assert "--json summary.json" in run and "--push --push-stages --registry" in run
+    common = ["--cache-from", "ghcr.io/owner", "--ccache-dir", "ccache", "--json", "summary.json"]
     for job in jobs(catalog, {"arch": ("x86_64", "aarch64")}):
-        for extra in ([], ["--push", "--registry", "ghcr.io/owner"]):
-            args = [*shlex.split(job.args), "--json", "summary.json", *extra]
+        for extra in ([], ["--push", "--push-stages", "--registry", "ghcr.io/owner"]):
+            args = [*shlex.split(job.args), *common, *extra]
             with cli.make_context("build.py", args) as context:
                 assert context.params["backend"] == job.backend

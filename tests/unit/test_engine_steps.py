@@ -1,0 +1,53 @@
+"""What a build reports about its steps, from the legacy builder's own stream: which steps the
+engine ran and which it took from its cache (the summary's `ran`, the stage's `cached`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torchstack.engine import BuildProgress, build_image
+
+
+class FakeAPI:
+    """The legacy builder's decoded stream, as the engine sends it (docker-py's APIClient.build)."""
+
+    def __init__(self, chunks):
+        self.chunks = chunks
+
+    def build(self, **_):
+        return FakeStream(self.chunks)
+
+
+class FakeStream(list):
+    def close(self):
+        pass
+
+
+class FakeClient:
+    def __init__(self, chunks):
+        self.api = FakeAPI(chunks)
+
+
+def stream(*steps: tuple[str, bool]) -> list[dict]:
+    chunks = []
+    for number, (instruction, cached) in enumerate(steps, 1):
+        chunks.append({"stream": f"Step {number}/{len(steps)} : {instruction}\n"})
+        chunks.append({"stream": " ---> Using cache\n" if cached else " ---> Running in 0123456789ab\n"})
+        chunks.append({"stream": " ---> 0123456789ab\n"})
+    return [*chunks, {"aux": {"ID": "sha256:feed"}}]
+
+
+def build(chunks) -> tuple:
+    return build_image(FakeClient(chunks), Path("/ctx"), "t:1", "linux/amd64", {}, False, lambda line: None,
+                       BuildProgress(), "tools", Path("/log"))  # fmt: skip
+
+
+def test_the_steps_that_ran_are_named_and_cached_ones_are_not():
+    result = build(stream(("FROM base", False), ("RUN pip download x", False), ("FROM tools-base", False),
+                          ("COPY --from=fetch /d /d", True), ("RUN build-numpy.sh", True), ("LABEL a=b", False)))  # fmt: skip
+    assert result.ran == ("RUN pip download x", "LABEL a=b") and not result.cached
+
+
+def test_a_build_whose_every_step_came_from_the_cache_is_cached():
+    result = build(stream(("FROM base", False), ("RUN a", True), ("RUN b", True)))
+    assert result.ran == () and result.cached and result.image_id == "sha256:feed"
