@@ -175,9 +175,12 @@ def stage_identity(plan: Plan, stage: StagePlan) -> str:
     (itself named by its identity, up to the OS image), the stages it copies from, the Dockerfile
     template, its Debian packages, its labels (`content`), and for each component built in it the
     script inputs, build packages and requirements and the script itself. Two plans with the same
-    identity for a stage build the same image: the planner names the stage image by it."""
+    identity for a stage build the same image: the planner names the stage image by it. The
+    builder counts too: BuildKit and the legacy builder make different images of one Dockerfile,
+    neither usable as the other's cache, and one name for both would let each replace the other."""
     own = [c for c in plan.components if c.stage == stage.name]
     recipe = {
+        "builder": plan.builder,
         "from": stage.parent_image,
         "copies": stage.copies,
         "packages": sorted(stage.packages),

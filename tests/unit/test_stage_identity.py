@@ -63,3 +63,10 @@ def test_a_child_is_built_from_its_parent_by_the_parents_content_name(plan_for):
 def test_a_build_that_stops_early_also_names_its_top_stage_by_the_release(plan_for):
     plan = plan_for(build_type="libs", tag="mine")
     assert plan.top_image == "torchstack-libs:mine" and plan.stages[-1].image != plan.top_image
+
+
+def test_each_builder_names_its_own_images(plan_for):
+    """BuildKit and the legacy builder make different images of one Dockerfile: sharing a name,
+    each build would replace the other's image and cost the next one of the other kind its cache."""
+    legacy, buildkit = plan_for(builder="docker", **X86_WHEEL), plan_for(builder="buildx", **X86_WHEEL)
+    assert all(images(legacy)[s] != images(buildkit)[s] for s in LOWER)
