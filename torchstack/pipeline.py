@@ -18,7 +18,7 @@ from torchstack import bootstrap, checks, engine, layout, prerequisites, publish
 from torchstack.errors import ChecksFailed, ToolkitError, UsageProblem
 from torchstack.model import Catalog
 from torchstack.metadata import stage_labels
-from torchstack.plan import RELEASE_STAGE, Plan, Request
+from torchstack.plan import RELEASE_STAGE, Plan, Request, StagePlan
 from torchstack.planner import make_plan
 from torchstack.progress import BuildView, StageReport, summary_table, write_json
 from torchstack.render import BuildSecrets, assemble_context
@@ -112,13 +112,20 @@ def _add_sbom(client, plan: Plan, image: str, context: Path, log_path: Path, vie
     return result.image_id, path
 
 
-def _cache_source(client, plan: Plan, image: str, registry: str | None, note) -> str | None:
-    """With --cache-from REGISTRY: `image` as that registry holds it, pulled when this engine lacks
-    it, for the engine to reuse its steps where they match. None when the engine has the image (its
-    own cache serves) or the pull fails (one warning line; the stage builds here)."""
+def _pushed_as(plan: Plan, stage: StagePlan) -> str:
+    """The name under which --push sends a stage's image: its own, but for the final stage the
+    release image's (the final stage plus its SBOM layer: every step of the final stage is in it)."""
+    return plan.final_image if stage.name == RELEASE_STAGE else stage.image
+
+
+def _cache_source(client, plan: Plan, image: str, registry: str | None, note, pushed_as: str | None = None) -> str | None:
+    """With --cache-from REGISTRY: `image` as that registry holds it (as `pushed_as`, if pushed
+    under another name), pulled when this engine lacks it, for the engine to reuse its steps where
+    they match. None when the engine has the image (its own cache serves) or the pull fails (one
+    warning line; the stage builds here)."""
     if not registry or engine.image_exists(client, image):
         return None
-    remote = publish.remote_name(registry, image)
+    remote = publish.remote_name(registry, pushed_as or image)
     problem = engine.pull(client, remote, plan.platform)
     if problem:
         note(f"torchstack: warning: --cache-from: no {remote} ({problem}); building it here")
@@ -189,13 +196,13 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
             try:
                 if plan.builder == "buildx":
                     # BuildKit asks the registry itself, and says so in its log when it lacks the image.
-                    cache = [publish.remote_name(options["cache_from"], stage.image)] if options.get("cache_from") else []
+                    cache = [publish.remote_name(options["cache_from"], _pushed_as(plan, stage))] if options.get("cache_from") else []
                     result = engine.build_image_buildx(
                         contexts / stage.name, stage.image, plan.platform, labels, options.get("no_cache", False),
                         secrets.files(), log, progress, stage.name, log_path, options.get("buildx_builder"), cache,
                     )  # fmt: skip
                 else:
-                    cache = _cache_source(client, plan, stage.image, options.get("cache_from"), view.note)
+                    cache = _cache_source(client, plan, stage.image, options.get("cache_from"), view.note, _pushed_as(plan, stage))
                     result = engine.build_image(
                         client, contexts / stage.name, stage.image, plan.platform, labels,
                         options.get("no_cache", False), log, progress, stage.name, log_path, [cache] if cache else None,
