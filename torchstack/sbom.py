@@ -45,7 +45,7 @@ def inventory(client: docker.DockerClient, image: str, platform: str) -> dict:
     venv, [package, version, architecture, source package] per installed Debian package."""
     output = client.containers.run(
         image, [f"{VENV}/bin/python3", "-c", _INVENTORY], entrypoint=[], platform=platform, remove=True,
-        network_disabled=True,
+        network_mode="none",
     )  # fmt: skip
     return json.loads(output.decode().strip().splitlines()[-1])
 
