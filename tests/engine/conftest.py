@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import ipaddress
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tarfile
+import tempfile
+import time
+import urllib.error
+import urllib.request
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import docker
 import pytest
 
-from torchstack.model import ROOT
+from torchstack.model import ROOT, load_catalog
 
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 
@@ -102,10 +109,11 @@ def x86_build(client, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def zendnn_build(client, tmp_path_factory, plugin_wheels):
+def zendnn_build(client, x86_build, tmp_path_factory, plugin_wheels):
     """The x86_64 zendnn chain with zentorch (from PyPI, paired with torch by version) and the two
-    test plugins that fit (a torch.compile backend, a PrivateUse1 device), built once per session;
-    its JSON summary, with the build's output (the checks' report among it) as `output`."""
+    test plugins that fit (a torch.compile backend, a PrivateUse1 device), built once per session
+    after the onednn chain (`x86_build`), whose earlier stages it shares; its JSON summary, with
+    the build's output (the checks' report among it) as `output`."""
     summary = tmp_path_factory.mktemp("zendnn") / "summary.json"
     plugins = [arg for name in ("compile_backend", "device") for arg in ("--plugin-wheel", str(plugin_wheels[name]))]
     result = run_build_py(*X86_ARGS, "--backend", "zendnn", "--torch-wheel", x86_wheelhouse(), *plugins,
@@ -114,13 +122,60 @@ def zendnn_build(client, tmp_path_factory, plugin_wheels):
     return {**json.loads(summary.read_text()), "output": result.stdout}
 
 
+# The arm64 chain, started when collection ends if a selected test needs it (pytest_collection_finish):
+# most of its work is qemu running one guest process at a time, one core's worth, so it goes on
+# beside the x86_64 tests instead of after them (a third of a cold CI run otherwise).
+_ARM64: dict = {}
+
+
+def pytest_collection_finish(session):
+    if session.config.option.collectonly or not any("arm64_build" in getattr(i, "fixturenames", ()) for i in session.items):
+        return
+    folder = Path(tempfile.mkdtemp(prefix="torchstack-arm64-"))
+    _ARM64.update(summary=folder / "summary.json", output=open(folder / "output.log", "w+"))
+    _ARM64["process"] = subprocess.Popen(
+        [sys.executable, str(ROOT / "build.py"), *ARM64_ARGS, "--json", str(_ARM64["summary"]), "--recheck", "--quiet"],
+        cwd=ROOT, stdout=_ARM64["output"], stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+
+def pytest_sessionfinish(session):
+    if "process" in _ARM64 and _ARM64["process"].poll() is None:
+        _ARM64["process"].kill()
+
+
 @pytest.fixture(scope="session")
-def arm64_build(client, tmp_path_factory):
-    """The arm64 onednn-acl chain under qemu, built once per session; its JSON summary."""
-    summary = tmp_path_factory.mktemp("arm64") / "summary.json"
-    result = run_build_py(*ARM64_ARGS, "--json", str(summary), "--recheck")
-    assert result.returncode == 0, f"the arm64 build failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
-    return json.loads(summary.read_text())
+def arm64_build(client):
+    """The arm64 onednn-acl chain under qemu, built once per session (from the start of the
+    session, in the background); its JSON summary."""
+    process = _ARM64["process"]
+    returncode = process.wait(timeout=3600)
+    _ARM64["output"].seek(0)
+    output = _ARM64["output"].read()
+    assert returncode == 0, f"the arm64 build failed:\n{output[-6000:]}"
+    return json.loads(_ARM64["summary"].read_text())
+
+
+@pytest.fixture(scope="session")
+def plain_image(client) -> str:
+    """Debian with the x86_64 torch wheel installed by pip alone, as root: an image the toolkit did
+    not build. Made by the benchmark's own code (benchmarks/run.py), so that its run in the session
+    takes this very image from the engine's cache instead of installing torch again."""
+    spec = importlib.util.spec_from_file_location("torchstack_benchmark", ROOT / "benchmarks" / "run.py")
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    plan = benchmark.readme_plan(load_catalog(), x86_wheelhouse())
+    if not engine_has(client, plan.base_image):
+        pytest.fail(f"{plan.base_image} is not here: the plain image is built on the OS image the x86_64 chain bootstraps")
+    return benchmark.plain_image(plan.base_image, plan.torch_wheel_file)[0]
+
+
+def engine_has(client, image: str) -> bool:
+    try:
+        client.images.get(image)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
 
 
 @pytest.fixture
@@ -142,3 +197,107 @@ def unique_tag(client):
     tag = f"test-{uuid.uuid4().hex[:10]}"
     yield tag
     untag(client, f":{tag}")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running_registry(folder: Path, auth: bool) -> Iterator[str]:
+    """The address of a registry on 127.0.0.1 (an address the engine may use over plain HTTP), storing in
+    `folder`. With `auth`, it needs a login that no user has (an empty htpasswd file)."""
+    binary = shutil.which("docker-registry")
+    if not binary:
+        pytest.fail("docker-registry is missing: run scripts/setup-host.sh")
+    port = free_port()
+    config = {
+        "version": 0.1,
+        "log": {"level": "error"},
+        "storage": {"filesystem": {"rootdirectory": str(folder / "data")}},
+        "http": {"addr": f"127.0.0.1:{port}"},
+    }
+    if auth:
+        (folder / "htpasswd").write_text("")
+        config["auth"] = {"htpasswd": {"realm": "torchstack-test", "path": str(folder / "htpasswd")}}
+    (folder / "config.yml").write_text(json.dumps(config))  # JSON is YAML
+    server = subprocess.Popen([binary, "serve", str(folder / "config.yml")], stdout=subprocess.DEVNULL,
+                              stderr=open(folder / "registry.log", "w"))  # fmt: skip
+    address = f"127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(f"http://{address}/v2/", timeout=1)
+            break
+        except urllib.error.HTTPError:
+            break  # 401: up, and asking for a login
+        except OSError:
+            time.sleep(0.1)
+    else:
+        server.kill()
+        pytest.fail(f"docker-registry did not start: {(folder / 'registry.log').read_text()[-2000:]}")
+    try:
+        yield address
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory):
+    """A registry on loopback for the whole session: the x86_64 chain's stages pushed there once
+    (`pushed`) serve the push tests and another engine's --cache-from."""
+    with running_registry(tmp_path_factory.mktemp("registry"), auth=False) as address:
+        yield address
+
+
+@pytest.fixture(scope="session")
+def pushed(client, x86_build, registry, tmp_path_factory):
+    """The README's build again, with --push --push-stages: a no-op rebuild, then the pushes."""
+    summary = tmp_path_factory.mktemp("push") / "summary.json"
+    result = run_build_py(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--json", str(summary),
+                          "--push", "--push-stages", "--registry", f"{registry}/ml")  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    yield json.loads(summary.read_text()), result
+    untag(client, f"{registry}/")
+
+
+@contextlib.contextmanager
+def second_engine() -> Iterator[str]:
+    """Another Docker engine on this machine, empty, as a new CI runner's: its own data root, exec
+    root (and so its own containerd), pid file and socket; no bridge and no iptables rules (builds
+    use the host's network, checks run with none). Yields its DOCKER_HOST; stopped and its data
+    removed afterwards. The folder is short: containerd's sockets live under the exec root."""
+    dockerd = shutil.which("dockerd")
+    if not dockerd:
+        pytest.fail("dockerd is missing: run scripts/setup-host.sh")
+    folder = Path(tempfile.mkdtemp(prefix="tsb-", dir="/tmp"))
+    socket_path = folder / "docker.sock"
+    command = [dockerd, f"--data-root={folder / 'data'}", f"--exec-root={folder / 'exec'}", f"--pidfile={folder / 'pid'}",
+               f"--host=unix://{socket_path}", "--bridge=none", "--iptables=false", "--ip-masq=false",
+               "--cgroup-parent=/torchstack-second-engine"]  # fmt: skip
+    log = open(folder / "dockerd.log", "w")
+    engine = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    host = f"unix://{socket_path}"
+    try:
+        for _ in range(120):
+            if engine.poll() is not None:
+                pytest.fail(f"the second engine stopped at once:\n{(folder / 'dockerd.log').read_text()[-3000:]}")
+            with contextlib.suppress(docker.errors.DockerException):
+                docker.DockerClient(base_url=host).ping()
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"the second engine did not answer:\n{(folder / 'dockerd.log').read_text()[-3000:]}")
+        yield host
+    finally:
+        engine.terminate()
+        try:
+            engine.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            engine.kill()
+            engine.wait()
+        log.close()
+        subprocess.run(["umount", "-R", str(folder / "data")], capture_output=True)  # only if the engine left mounts
+        shutil.rmtree(folder, ignore_errors=True)

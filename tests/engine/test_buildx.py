@@ -25,11 +25,15 @@ def ccache_counts(stderr: str) -> tuple[int, int]:
     return hits, misses
 
 
-def test_a_patch_recompiles_only_what_it_touches(client, repo_copy, unique_tag):
+def test_a_patch_recompiles_only_what_it_touches(client, repo_copy, unique_tag, tmp_path):
     args = ["--build-type", "tools", "--openblas-from", "distro", "--builder", "buildx",
             "--ca-bundle", str(CA_BUNDLE), "--tag", unique_tag]  # fmt: skip
-    first = run_build_py(*args, cwd=repo_copy)
+    # --ccache-dir: the cache mount is also written out to a host folder, as CI keeps it between runs.
+    saved = tmp_path / "ccache"
+    first = run_build_py(*args, "--ccache-dir", str(saved), cwd=repo_copy)
     assert first.returncode == 0, first.stderr[-3000:]
+    cached_objects = [p for p in saved.rglob("*") if p.is_file() and p.name.endswith("R")]  # ccache's result files
+    assert len(cached_objects) > 100, f"{len(cached_objects)} compiler results saved to {saved}"
 
     with tarfile.open(cache_dir() / "numpy-2.3.5.tar.gz") as sdist:
         original = sdist.extractfile(f"numpy-2.3.5/{TOUCHED}").read().decode().splitlines(keepends=True)

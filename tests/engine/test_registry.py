@@ -4,72 +4,16 @@ a registry that needs a login refuses the push in one line."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import shutil
-import socket
 import subprocess
-import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.engine.conftest import ARM64_ARGS, X86_ARGS, run_build_py, untag, x86_wheelhouse
+from tests.engine.conftest import ARM64_ARGS, X86_ARGS, free_port, run_build_py, running_registry, untag, x86_wheelhouse
 
 pytestmark = pytest.mark.engine
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-@contextlib.contextmanager
-def running_registry(folder: Path, auth: bool) -> Iterator[str]:
-    """The address of a registry on 127.0.0.1 (an address the engine may use over plain HTTP), storing in
-    `folder`. With `auth`, it needs a login that no user has (an empty htpasswd file)."""
-    binary = shutil.which("docker-registry")
-    if not binary:
-        pytest.fail("docker-registry is missing: run scripts/setup-host.sh")
-    port = free_port()
-    config = {
-        "version": 0.1,
-        "log": {"level": "error"},
-        "storage": {"filesystem": {"rootdirectory": str(folder / "data")}},
-        "http": {"addr": f"127.0.0.1:{port}"},
-    }
-    if auth:
-        (folder / "htpasswd").write_text("")
-        config["auth"] = {"htpasswd": {"realm": "torchstack-test", "path": str(folder / "htpasswd")}}
-    (folder / "config.yml").write_text(json.dumps(config))  # JSON is YAML
-    server = subprocess.Popen([binary, "serve", str(folder / "config.yml")], stdout=subprocess.DEVNULL,
-                              stderr=open(folder / "registry.log", "w"))  # fmt: skip
-    address = f"127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(f"http://{address}/v2/", timeout=1)
-            break
-        except urllib.error.HTTPError:
-            break  # 401: up, and asking for a login
-        except OSError:
-            time.sleep(0.1)
-    else:
-        server.kill()
-        pytest.fail(f"docker-registry did not start: {(folder / 'registry.log').read_text()[-2000:]}")
-    try:
-        yield address
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-
-
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory):
-    with running_registry(tmp_path_factory.mktemp("registry"), auth=False) as address:
-        yield address
 
 
 @pytest.fixture(scope="module")
@@ -83,26 +27,16 @@ def registry_tags(address: str, repository: str) -> list[str]:
         return json.load(answer)["tags"] or []
 
 
-@pytest.fixture(scope="module")
-def pushed(client, x86_build, registry, tmp_path_factory):
-    """The README's build again, with --push --push-stages: a no-op rebuild, then the pushes."""
-    summary = tmp_path_factory.mktemp("push") / "summary.json"
-    result = run_build_py(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--json", str(summary),
-                          "--push", "--push-stages", "--registry", f"{registry}/ml")  # fmt: skip
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    yield json.loads(summary.read_text()), result
-    untag(client, f"{registry}/")
-
-
 def test_push_sends_the_checked_release_image_and_its_stages(client, x86_build, registry, pushed):
     summary, result = pushed
     tag = x86_build["release_tag"]
     references = [p["reference"] for p in summary["pushed"]]
-    expected = [f"{registry}/ml/torchstack-{stage}:{tag}" for stage in ("base", "libs", "tools", "dev")]
-    assert references == [*expected, f"{registry}/ml/torchstack:{tag}"]
+    # The OS image, then each stage under its content name, then the release image.
+    stages = [f"{registry}/ml/{s['image']}" for s in x86_build["stages"] if s["stage"] != "final"]
+    assert references == [f"{registry}/ml/torchstack-os:bookworm-amd64", *stages, f"{registry}/ml/torchstack:{tag}"]
     for reference in references:
-        repository = reference.removeprefix(f"{registry}/").rpartition(":")[0]
-        assert registry_tags(registry, repository) == [tag], reference
+        repository, _, pushed_tag = reference.removeprefix(f"{registry}/").rpartition(":")
+        assert registry_tags(registry, repository) == [pushed_tag], reference
     final = summary["pushed"][-1]
     assert final["digest"].startswith("sha256:") and final["layers"] > 0
     # The release image shares every layer but its last ones with the stages pushed before it.

@@ -1,0 +1,92 @@
+"""Each thing built once: stages named by what they hold are shared between backends on one
+engine, and reach another, empty engine through a registry (--push-stages, --cache-from), where
+the engine reuses every step that matches and builds only what changed."""
+
+from __future__ import annotations
+
+import json
+
+import docker
+import pytest
+
+from tests.engine.conftest import X86_ARGS, run_build_py, second_engine, x86_wheelhouse
+
+pytestmark = pytest.mark.engine
+
+LOWER = ("base", "libs", "tools", "dev")
+# What lists every Python distribution in an image with its version (pip is not in the final image).
+DISTRIBUTIONS = ("import importlib.metadata as m; "
+                 "print(sorted(f'{d.metadata[\"Name\"]}=={d.version}' for d in m.distributions()))")  # fmt: skip
+
+
+def by_stage(summary: dict) -> dict[str, dict]:
+    return {s["stage"]: s for s in summary["stages"]}
+
+
+def test_zendnn_after_onednn_compiles_nothing_below_final(x86_build, zendnn_build):
+    """Same target, same torch: the zendnn image's earlier stages are the onednn chain's, by name
+    and from the engine's cache, every step of them (the build's own summary says so)."""
+    onednn, zendnn = by_stage(x86_build), by_stage(zendnn_build)
+    for stage in LOWER:
+        assert zendnn[stage]["image"] == onednn[stage]["image"], stage
+        assert zendnn[stage]["status"] == "cached" and zendnn[stage]["ran"] == [], zendnn[stage]
+    assert zendnn["final"]["status"] == "built"
+
+
+@pytest.fixture(scope="module")
+def engine_b():
+    with second_engine() as host:
+        yield host
+
+
+@pytest.fixture(scope="module")
+def built_on_b(pushed, registry, engine_b, tmp_path_factory):
+    """The README's request on the empty second engine, with the registry engine A pushed its
+    stages to as --cache-from; its JSON summary."""
+    summary = tmp_path_factory.mktemp("engine-b") / "summary.json"
+    result = run_build_py(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--cache-from", f"{registry}/ml",
+                          "--json", str(summary), "--recheck", env={"DOCKER_HOST": engine_b})  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "--cache-from: pulled" in result.stdout + result.stderr
+    return json.loads(summary.read_text())
+
+
+def test_an_empty_engine_compiles_nothing_its_registry_holds(client, x86_build, built_on_b, engine_b):
+    on_b = by_stage(built_on_b)
+    assert "failed" not in built_on_b["checks"] and "passed" in built_on_b["checks"], built_on_b["checks"]
+    # numpy's compile came from the registry: the only steps that ran below the final stage are
+    # the tools stage's throwaway download of numpy's build requirements (with the CA bundle).
+    assert not any("build-numpy.sh" in step for step in on_b["tools"]["ran"]), on_b["tools"]["ran"]
+    for step in on_b["tools"]["ran"]:
+        assert "/bin/pip\" download " in step or "ca-bundle" in step or step.startswith("ENV PIP_"), step
+    for stage in ("base", "libs", "dev"):
+        assert on_b[stage]["ran"] == [], on_b[stage]
+    # The very images engine A built, by ID.
+    other = docker.DockerClient(base_url=engine_b)
+    for stage in LOWER:
+        assert other.images.get(on_b[stage]["image"]).id == client.images.get(by_stage(x86_build)[stage]["image"]).id, stage
+
+
+def test_the_release_image_on_the_other_engine_holds_what_engine_a_built(client, x86_build, built_on_b, engine_b):
+    other = docker.DockerClient(base_url=engine_b)
+    mine, theirs = client.images.get(x86_build["final_image"]), other.images.get(built_on_b["final_image"])
+    assert built_on_b["final_image"] == x86_build["final_image"]
+    assert theirs.labels["io.torchstack.build-info"] == mine.labels["io.torchstack.build-info"]
+    assert theirs.labels["io.torchstack.torch.version"] == mine.labels["io.torchstack.torch.version"]
+    listed = [
+        engine.containers.run(image.id, ["python3", "-c", DISTRIBUTIONS], remove=True, network_mode="none").decode()
+        for engine, image in ((client, mine), (other, theirs))
+    ]
+    assert listed[0] == listed[1] and "torch==" in listed[0], listed
+
+
+def test_a_change_to_the_final_stage_on_the_other_engine_rebuilds_final_only(built_on_b, registry, engine_b, repo_copy, tmp_path):
+    example = repo_copy / "examples" / "README.md"
+    example.write_text(example.read_text() + "\nChanged by a test: a file of the final stage only.\n")
+    summary = tmp_path / "changed.json"
+    result = run_build_py(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--cache-from", f"{registry}/ml", "--no-test",
+                          "--tag", "final-changed", "--json", str(summary), cwd=repo_copy, env={"DOCKER_HOST": engine_b})  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    stages = by_stage(json.loads(summary.read_text()))
+    assert {name: stages[name]["status"] for name in LOWER} == dict.fromkeys(LOWER, "cached"), stages
+    assert stages["final"]["status"] == "built" and any("COPY examples/" in step for step in stages["final"]["ran"])
