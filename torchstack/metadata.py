@@ -9,7 +9,7 @@ import subprocess
 
 from torchstack import __version__, tags
 from torchstack.layout import VENV
-from torchstack.model import ROOT, SCRIPTS, TEMPLATES, Catalog
+from torchstack.model import PATCHES, ROOT, SCRIPTS, TEMPLATES, Catalog
 from torchstack.plan import RELEASE_STAGE, Plan, Request, StagePlan
 from torchstack.selection import RUNTIMES, Selection
 
@@ -174,10 +174,11 @@ def stage_identity(plan: Plan, stage: StagePlan) -> str:
     """A digest of everything that goes into an earlier stage's image: the image it is built FROM
     (itself named by its identity, up to the OS image), the stages it copies from, the Dockerfile
     template, its Debian packages, its labels (`content`), and for each component built in it the
-    script inputs, build packages and requirements and the script itself. Two plans with the same
-    identity for a stage build the same image: the planner names the stage image by it. The
-    builder counts too: BuildKit and the legacy builder make different images of one Dockerfile,
-    neither usable as the other's cache, and one name for both would let each replace the other."""
+    source's sha256, the script inputs, build packages and requirements, the script itself and
+    its patches. Two plans with the same identity for a stage build the same image: the planner
+    names the stage image by it. The builder counts too: BuildKit and the legacy builder make
+    different images of one Dockerfile, neither usable as the other's cache, and one name for both
+    would let each replace the other."""
     own = [c for c in plan.components if c.stage == stage.name]
     recipe = {
         "builder": plan.builder,
@@ -186,15 +187,17 @@ def stage_identity(plan: Plan, stage: StagePlan) -> str:
         "packages": sorted(stage.packages),
         "labels": stage_labels(plan, stage),
         "components": [
-            {"name": c.name, "env": c.env, "build_packages": sorted(c.build_packages), "downloads": list(c.downloads)}
+            {"name": c.name, "env": c.env, "build_packages": sorted(c.build_packages), "downloads": list(c.downloads),
+             "source": c.source.sha256 if c.source else None}
             for c in own
         ],
     }  # fmt: skip
     digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode())
     files = [TEMPLATES / stage.template, TEMPLATES / "_common.j2", ROOT / "torchstack" / "layout.py"]
     files += [SCRIPTS / name for c in own if c.source for name in ("prepare-source.sh", c.script)]
+    files += [p for c in own if c.source and (PATCHES / c.name).is_dir() for p in sorted((PATCHES / c.name).iterdir())]
     for path in files:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+        digest.update(f"{path.parent.name}/{path.name}".encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
 

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 TEMPLATES = ROOT / "templates"  # the stages' Dockerfile templates
 SCRIPTS = ROOT / "scripts"  # the build scripts the stages copy in
+PATCHES = ROOT / "patches"  # patches/<component>/: the patches (and series) applied to its source
 
 
 # A Python package pinned to one version, as pip reads it: name==version

@@ -16,11 +16,10 @@ import jinja2
 from torchstack import layout
 from torchstack.errors import ToolkitError
 from torchstack.metadata import build_info
-from torchstack.model import ROOT, SCRIPTS, TEMPLATES
+from torchstack.model import PATCHES, ROOT, SCRIPTS, TEMPLATES
 from torchstack.plan import RELEASE_STAGE, Plan, StagePlan
 from torchstack.planner import env_line
 
-PATCHES = ROOT / "patches"
 EXAMPLES = ROOT / "examples"
 
 

@@ -70,3 +70,20 @@ def test_each_builder_names_its_own_images(plan_for):
     each build would replace the other's image and cost the next one of the other kind its cache."""
     legacy, buildkit = plan_for(builder="docker", **X86_WHEEL), plan_for(builder="buildx", **X86_WHEEL)
     assert all(images(legacy)[s] != images(buildkit)[s] for s in LOWER)
+
+
+def test_a_patch_renames_the_stage_that_applies_it_and_those_after_it(plan_for, monkeypatch, tmp_path):
+    """Two checkouts that differ in a patch to numpy build different tools images: one name for
+    both would let one replace the other, and a registry's image of that name hold the wrong one."""
+    import torchstack.metadata
+
+    unpatched = plan_for(backend="onednn")
+    (tmp_path / "numpy").mkdir()
+    (tmp_path / "numpy" / "series").write_text("0001-fix.patch\n")
+    (tmp_path / "numpy" / "0001-fix.patch").write_text("--- a/x\n+++ b/x\n")
+    monkeypatch.setattr(torchstack.metadata, "PATCHES", tmp_path)
+    patched = plan_for(backend="onednn")
+    assert images(patched)["libs"] == images(unpatched)["libs"]
+    assert images(patched)["tools"] != images(unpatched)["tools"] and images(patched)["dev"] != images(unpatched)["dev"]
+    (tmp_path / "numpy" / "0001-fix.patch").write_text("--- a/x\n+++ b/x\n@@ another @@\n")
+    assert images(plan_for(backend="onednn"))["tools"] != images(patched)["tools"]
