@@ -74,9 +74,9 @@ def build_image(
 
     The engine applies `tag` after the last step, so a failed or interrupted build leaves no
     tag behind, and every finished step stays in the engine's cache for the next run.
-    `cache_from`: images here (pulled from a registry) whose steps the engine may reuse, step by
-    step, where they match; the engine then takes its own cache only where a source descends
-    from it, so the caller passes images it lacked, not ones it built.
+    `cache_from`: images here (pulled from a registry, or the engine's own) whose steps the engine
+    may reuse, step by step, where they match; given any, the engine takes its own cache only
+    where a source descends from it.
     """
     stream = client.api.build(
         path=str(context),

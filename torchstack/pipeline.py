@@ -118,14 +118,10 @@ def _pushed_as(plan: Plan, stage: StagePlan) -> str:
     return plan.final_image if stage.name == RELEASE_STAGE else stage.image
 
 
-def _cache_source(client, plan: Plan, image: str, registry: str | None, note, pushed_as: str | None = None) -> str | None:
-    """With --cache-from REGISTRY: `image` as that registry holds it (as `pushed_as`, if pushed
-    under another name), pulled when this engine lacks it, for the engine to reuse its steps where
-    they match. None when the engine has the image (its own cache serves) or the pull fails (one
-    warning line; the stage builds here)."""
-    if not registry or engine.image_exists(client, image):
-        return None
-    remote = publish.remote_name(registry, pushed_as or image)
+def _pull_cache(client, plan: Plan, registry: str, name: str, note) -> str | None:
+    """`name` as the --cache-from registry holds it, pulled; None (and one warning line) when the
+    pull fails, and the stage builds here."""
+    remote = publish.remote_name(registry, name)
     problem = engine.pull(client, remote, plan.platform)
     if problem:
         note(f"torchstack: warning: --cache-from: no {remote} ({problem}); building it here")
@@ -134,12 +130,25 @@ def _cache_source(client, plan: Plan, image: str, registry: str | None, note, pu
     return remote
 
 
+def _cache_source(client, plan: Plan, stage: StagePlan, registry: str | None, note) -> str | None:
+    """With --cache-from REGISTRY, the image whose steps the legacy builder may reuse for `stage`:
+    this engine's own image of it when it has one, else the registry's (under the name --push
+    sends it as), pulled. Once given a source, the legacy builder reuses only the source's steps,
+    and the steps of an image that came from a registry (or was built from one) are found only
+    that way: so even the engine's own image is named, not left to its cache."""
+    if not registry:
+        return None
+    if engine.image_exists(client, stage.image):
+        return stage.image
+    return _pull_cache(client, plan, registry, _pushed_as(plan, stage), note)
+
+
 def _base_image(client, plan: Plan, options: dict, view: BuildView) -> str:
     """The OS image: here already, pulled from --cache-from's registry (the very image the stages
     there were built on: one bootstrapped here would differ, and no step would match), else made
     as bootstrap.ensure_base_image makes it."""
-    if plan.base_is_bootstrapped:
-        remote = _cache_source(client, plan, plan.base_image, options.get("cache_from"), view.note)
+    if plan.base_is_bootstrapped and options.get("cache_from") and not engine.image_exists(client, plan.base_image):
+        remote = _pull_cache(client, plan, options["cache_from"], plan.base_image, view.note)
         if remote:
             repository, _, tag = plan.base_image.rpartition(":")
             client.images.get(remote).tag(repository, tag)
@@ -202,7 +211,7 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
                         secrets.files(), log, progress, stage.name, log_path, options.get("buildx_builder"), cache,
                     )  # fmt: skip
                 else:
-                    cache = _cache_source(client, plan, stage.image, options.get("cache_from"), view.note, _pushed_as(plan, stage))
+                    cache = _cache_source(client, plan, stage, options.get("cache_from"), view.note)
                     result = engine.build_image(
                         client, contexts / stage.name, stage.image, plan.platform, labels,
                         options.get("no_cache", False), log, progress, stage.name, log_path, [cache] if cache else None,
