@@ -17,12 +17,13 @@ fi
 #     arch-test, which mmdebstrap needs for a foreign architecture (only "recommended", so
 #     --no-install-recommends would leave it out);
 #   emulated arm64, s390x (or x86_64) builds: qemu-user-static and binfmt-support;
-#   fetching buildx and sources: curl, gpgv, xz-utils, ca-certificates.
+#   fetching buildx and sources: curl, gpgv, xz-utils, ca-certificates;
+#   the engine tests' second engine, which gets a bridge of its own: iproute2.
 missing=()
 installed() { dpkg-query -W -f '${Status}' "$1" 2> /dev/null | grep -q '^install ok installed$'; }
 command -v dockerd > /dev/null || missing+=(docker.io)
 for package in mmdebstrap debian-archive-keyring arch-test qemu-user-static binfmt-support \
-    curl gpgv xz-utils ca-certificates; do
+    curl gpgv xz-utils ca-certificates iproute2; do
     installed "$package" || missing+=("$package")
 done
 if ((${#missing[@]})); then

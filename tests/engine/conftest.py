@@ -266,16 +266,21 @@ def pushed(client, x86_build, registry, tmp_path_factory):
 @contextlib.contextmanager
 def second_engine() -> Iterator[str]:
     """Another Docker engine on this machine, empty, as a new CI runner's: its own data root, exec
-    root (and so its own containerd), pid file and socket; no bridge and no iptables rules (builds
-    use the host's network, checks run with none). Yields its DOCKER_HOST; stopped and its data
-    removed afterwards. The folder is short: containerd's sockets live under the exec root."""
-    dockerd = shutil.which("dockerd")
-    if not dockerd:
-        pytest.fail("dockerd is missing: run scripts/setup-host.sh")
+    root (and so its own containerd), pid file and socket, and a bridge of its own with no iptables
+    rules (builds use the host's network, checks run with none). Not `--bridge=none`: an engine
+    started so deletes the host's docker0, the first engine's bridge. Yields its DOCKER_HOST;
+    stopped, its bridge and its data removed afterwards. The folder is short: containerd's sockets
+    live under the exec root."""
+    dockerd, ip = shutil.which("dockerd"), shutil.which("ip")
+    if not dockerd or not ip:
+        pytest.fail(f"{'dockerd' if not dockerd else 'ip (iproute2)'} is missing: run scripts/setup-host.sh")
     folder = Path(tempfile.mkdtemp(prefix="tsb-", dir="/tmp"))
     socket_path = folder / "docker.sock"
+    bridge = f"tsb{os.getpid() % 100000}"
+    for step in (["link", "add", bridge, "type", "bridge"], ["addr", "add", "10.213.77.1/24", "dev", bridge]):
+        subprocess.run([ip, *step], check=True, capture_output=True)
     command = [dockerd, f"--data-root={folder / 'data'}", f"--exec-root={folder / 'exec'}", f"--pidfile={folder / 'pid'}",
-               f"--host=unix://{socket_path}", "--bridge=none", "--iptables=false", "--ip-masq=false",
+               f"--host=unix://{socket_path}", f"--bridge={bridge}", "--iptables=false", "--ip-masq=false",
                "--cgroup-parent=/torchstack-second-engine"]  # fmt: skip
     log = open(folder / "dockerd.log", "w")
     engine = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
@@ -299,5 +304,6 @@ def second_engine() -> Iterator[str]:
             engine.kill()
             engine.wait()
         log.close()
+        subprocess.run([ip, "link", "delete", bridge], capture_output=True)
         subprocess.run(["umount", "-R", str(folder / "data")], capture_output=True)  # only if the engine left mounts
         shutil.rmtree(folder, ignore_errors=True)
