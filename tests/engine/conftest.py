@@ -24,6 +24,7 @@ from pathlib import Path
 import docker
 import pytest
 
+from torchstack import engine
 from torchstack.model import ROOT, load_catalog
 
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -165,17 +166,10 @@ def plain_image(client) -> str:
     benchmark = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(benchmark)
     plan = benchmark.readme_plan(load_catalog(), x86_wheelhouse())
-    if not engine_has(client, plan.base_image):
+    if not engine.image_exists(client, plan.base_image):
         pytest.fail(f"{plan.base_image} is not here: the plain image is built on the OS image the x86_64 chain bootstraps")
     return benchmark.plain_image(plan.base_image, plan.torch_wheel_file)[0]
 
-
-def engine_has(client, image: str) -> bool:
-    try:
-        client.images.get(image)
-        return True
-    except docker.errors.ImageNotFound:
-        return False
 
 
 @pytest.fixture
@@ -283,11 +277,11 @@ def second_engine() -> Iterator[str]:
                f"--host=unix://{socket_path}", f"--bridge={bridge}", "--iptables=false", "--ip-masq=false",
                "--cgroup-parent=/torchstack-second-engine"]  # fmt: skip
     log = open(folder / "dockerd.log", "w")
-    engine = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    daemon = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     host = f"unix://{socket_path}"
     try:
         for _ in range(120):
-            if engine.poll() is not None:
+            if daemon.poll() is not None:
                 pytest.fail(f"the second engine stopped at once:\n{(folder / 'dockerd.log').read_text()[-3000:]}")
             with contextlib.suppress(docker.errors.DockerException):
                 docker.DockerClient(base_url=host).ping()
@@ -297,12 +291,12 @@ def second_engine() -> Iterator[str]:
             pytest.fail(f"the second engine did not answer:\n{(folder / 'dockerd.log').read_text()[-3000:]}")
         yield host
     finally:
-        engine.terminate()
+        daemon.terminate()
         try:
-            engine.wait(timeout=60)
+            daemon.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            engine.kill()
-            engine.wait()
+            daemon.kill()
+            daemon.wait()
         log.close()
         subprocess.run([ip, "link", "delete", bridge], capture_output=True)
         subprocess.run(["umount", "-R", str(folder / "data")], capture_output=True)  # only if the engine left mounts
