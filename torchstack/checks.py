@@ -23,6 +23,8 @@ CHECKS = ROOT / "tests" / "image"
 # What decides a check's outcome besides the image: the checks, the toolkit they import, its data,
 # the test tools, and the CPU they run on (the CPU guard and the examples' kernels depend on it).
 CHECK_INPUTS = (CHECKS, ROOT / "torchstack", ROOT / "tests" / "conftest.py")
+# pytest's exit statuses for a command line it refuses and for one that selects nothing
+USAGE_ERROR, NO_TESTS_COLLECTED = 4, 5
 
 
 @dataclass(frozen=True)
@@ -95,9 +97,12 @@ def run_checks(
     stage: str | None = None,
     quiet: bool = False,
     reuse: bool = False,
+    select: str | None = None,
 ) -> CheckOutcome:
     """Run the checks for the image's stage; with `reuse`, a pass already recorded for the same
-    image ID and the same check inputs (`checks_fingerprint`) stands instead of a new run."""
+    image ID and the same check inputs (`checks_fingerprint`) stands instead of a new run. With
+    `select` (a pytest -k expression) only the checks it names run, and a pass is not recorded:
+    it vouches for those checks only."""
     try:
         found = client.images.get(image)
         labels = found.labels or {}
@@ -110,7 +115,7 @@ def run_checks(
     if backend is not None and backend not in catalog.backends:
         raise UsageProblem(f"--backend {backend!r}: valid: {', '.join(sorted(catalog.backends))}")
     fingerprint = checks_fingerprint(stage, backend)
-    if reuse and (summary := earlier_pass(found.id, fingerprint)):
+    if reuse and not select and (summary := earlier_pass(found.id, fingerprint)):
         return CheckOutcome(passed=True, summary=summary, reused=True)
     folders = [str(CHECKS / name) for name in stage_lineage(catalog, stage) if (CHECKS / name).is_dir()]
     command = [
@@ -119,14 +124,21 @@ def run_checks(
     ]  # fmt: skip
     if backend:
         command += ["--backend", backend]
+    if select:
+        command += ["-k", select]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     output = result.stdout or ""
     if not quiet:
         print(output, end="")
-    counts = re.findall(r"(\d+) (passed|failed|skipped|error)", output.splitlines()[-1] if output else "")
+    counts = re.findall(r"(\d+) (passed|failed|skipped|error|deselected)", output.splitlines()[-1] if output else "")
     summary = ", ".join(f"{n} {word}" for n, word in counts) if counts else f"pytest exit status {result.returncode}"
+    if select and result.returncode == NO_TESTS_COLLECTED:
+        raise UsageProblem(f"-k {select!r} selects none of the checks of a {stage} image")
+    if select and result.returncode == USAGE_ERROR:
+        said = [line for line in result.stderr.splitlines() if line.startswith("ERROR:")]
+        raise UsageProblem(f"-k {select!r}: {said[-1].removeprefix('ERROR: ') if said else 'pytest refuses it'}")
     if result.returncode not in (0, 1):
         raise ToolkitError(f"the checks of {image} could not run (pytest exit status {result.returncode})")
-    if result.returncode == 0:
+    if result.returncode == 0 and not select:
         remember_pass(found.id, fingerprint, summary)
     return CheckOutcome(passed=result.returncode == 0, summary=summary)

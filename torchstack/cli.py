@@ -437,11 +437,13 @@ def make_cli(catalog: Catalog) -> click.Group:
     @click.argument("image")
     @click.option("--backend", help="Backend to check for, for an image without torchstack labels.")
     @click.option("--stage", help="Stage to check the image as (default: from its labels, else final).")
-    def test_command(image: str, backend: str | None, stage: str | None) -> None:
+    @click.option("-k", "select", metavar="EXPR",
+                  help="Run only the checks whose names match EXPR (pytest's -k); the pass is not recorded.")
+    def test_command(image: str, backend: str | None, stage: str | None, select: str | None) -> None:
         """Check what is inside IMAGE: any image, ours or not."""
         from torchstack import checks, engine
 
-        result = checks.run_checks(engine.connect(), catalog, image, backend=backend, stage=stage)
+        result = checks.run_checks(engine.connect(), catalog, image, backend=backend, stage=stage, select=select)
         if not result.passed:
             raise ToolkitError(f"{image}: {result.summary}")
         click.echo(f"{image}: {result.summary}")
