@@ -128,8 +128,6 @@ def run_checks(
         command += ["-k", select]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     output = result.stdout or ""
-    if not quiet:
-        print(output, end="")
     counts = re.findall(r"(\d+) (passed|failed|skipped|error|deselected)", output.splitlines()[-1] if output else "")
     summary = ", ".join(f"{n} {word}" for n, word in counts) if counts else f"pytest exit status {result.returncode}"
     if select and result.returncode == NO_TESTS_COLLECTED:
@@ -137,6 +135,8 @@ def run_checks(
     if select and result.returncode == USAGE_ERROR:
         said = [line for line in result.stderr.splitlines() if line.startswith("ERROR:")]
         raise UsageProblem(f"-k {select!r}: {said[-1].removeprefix('ERROR: ') if said else 'pytest refuses it'}")
+    if not quiet:
+        print(output, end="")
     if result.returncode not in (0, 1):
         raise ToolkitError(f"the checks of {image} could not run (pytest exit status {result.returncode})")
     if result.returncode == 0 and not select:
