@@ -13,6 +13,7 @@ import sys
 
 import torch
 import torch._inductor.config
+from torch._inductor import cpu_vec_isa
 
 from _bench import options, report, seconds_per_run
 from resnet import resnet
@@ -41,7 +42,8 @@ def main() -> None:
                eager_median_s=round(statistics.median(eager), 6),
                speedup=round(statistics.median(eager) / statistics.median(fast), 3))
     else:
-        print(f"compile: torch.compile of a ResNet-style model on {args.batch} image(s) matches eager mode")
+        print(f"compile: torch.compile of a ResNet-style model on {args.batch} image(s) matches eager mode; "
+              f"Inductor's vector ISA: {cpu_vec_isa.pick_vec_isa()!r}")
 
 
 if __name__ == "__main__":
