@@ -1,0 +1,49 @@
+"""What the final checks read from torch: one Python process of the image reports it all.
+
+Each `import torch` costs about 2 s natively and 15 s under qemu; the checks of torch's version,
+configuration, oneDNN and backend libraries read one report instead of starting five processes.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+# A convolution, and a linear layer in oneDNN's layout (an inner product or matmul primitive).
+ONEDNN_WORK = """
+import torch
+import torch.utils.mkldnn
+x = torch.randn(1, 16, 64, 64)
+conv = torch.nn.Conv2d(16, 32, 3).eval()
+linear = torch.utils.mkldnn.to_mkldnn(torch.nn.Linear(64, 32).eval())
+with torch.inference_mode():
+    conv(x)
+    linear(torch.randn(8, 64).to_mkldnn())
+"""
+REPORT_MARK = "torchstack-report: "
+# Run with oneDNN's verbose log on: its lines come first on stdout, the report last.
+TORCH_REPORT = f"""
+import json, torch
+report = {{"version": torch.__version__, "mkldnn": torch.backends.mkldnn.is_available(),
+          "config": torch.__config__.show()}}
+kleidiai = getattr(torch.backends, "kleidiai", None)
+report["kleidiai"] = None if kleidiai is None else kleidiai.is_available()
+if report["mkldnn"]:
+{"".join("    " + line + chr(10) for line in ONEDNN_WORK.strip().splitlines())}
+with open("/proc/self/maps") as maps:
+    report["maps"] = maps.read()
+print({REPORT_MARK!r} + json.dumps(report))
+"""
+
+
+@pytest.fixture(scope="session")
+def torch_report(user_host) -> dict:
+    """torch's version, configuration, oneDNN availability and KleidiAI's, the libraries mapped
+    into the process after oneDNN work (where oneDNN is there), and oneDNN's verbose log of it
+    (`onednn_log`): from one process, as the image's default user."""
+    result = user_host.run(f"ONEDNN_VERBOSE=1 python3 -c {shlex.quote(TORCH_REPORT)}")
+    assert result.rc == 0, f"python3 failed in the image (exit {result.rc}):\n{result.stderr[-2000:]}"
+    log, _, report = result.stdout.rpartition(REPORT_MARK)
+    return {**json.loads(report), "onednn_log": log}
