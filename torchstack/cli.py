@@ -5,10 +5,12 @@ from __future__ import annotations
 import functools
 import signal
 import sys
+import tempfile
 from pathlib import Path
 
 import click
 import docker.errors
+from click.core import ParameterSource
 
 from torchstack import __version__, tags
 from torchstack.errors import DataError, ToolkitError, UsageProblem
@@ -232,6 +234,32 @@ def _check_cache_registry(ctx: click.Context, param: click.Parameter, value: str
     return check_registry(value, "--cache-from") if value else None
 
 
+def _refuse_options_before(ctx: click.Context) -> None:
+    """Options given before a command belong to a build, which the command does not run: refused,
+    not ignored (`./build.py --backend zdnn plan` would print the default backend's plan)."""
+    given = [p.opts[0] for p in ctx.command.params if ctx.get_parameter_source(p.name) == ParameterSource.COMMANDLINE]
+    if given:
+        command = ctx.invoked_subcommand
+        raise UsageProblem(f"{', '.join(given)} given before the {command} command, which would ignore "
+                           f"{'them' if len(given) > 1 else 'it'}: put the command first "
+                           f"(`./build.py {command} --help` lists its options)")  # fmt: skip
+
+
+def _writable_folder(folder: Path, option: str, given: Path) -> None:
+    """Refuse, before any work, a place no file can be written to (made if missing)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise UsageProblem(f"{option} {given}: cannot write in {folder}: {exc.strerror or exc}") from None
+
+
+def _check_json_file(path: Path | None) -> None:
+    if path is not None:
+        _writable_folder(path.parent, "--json", path)
+
+
 def make_cli(catalog: Catalog) -> click.Group:
     with_plan = plan_options(catalog)
 
@@ -284,7 +312,9 @@ def make_cli(catalog: Catalog) -> click.Group:
         final image r<yy>.<mm>-torch-<ver>-<backend>[-<variant>...] once its checks pass.
         """
         if ctx.invoked_subcommand is not None:
+            _refuse_options_before(ctx)
             return
+        _check_json_file(options["json_file"])
         request = request_from(options)
         plan = make_plan(catalog, request)
         pushes = []
@@ -320,6 +350,7 @@ def make_cli(catalog: Catalog) -> click.Group:
         from torchstack.sources import cached_sources
 
         plan = make_plan(catalog, request_from(options))
+        _writable_folder(output, "--output", output)
         for stage in plan.stages:
             missing = assemble_context(plan, stage, output / stage.name, cached_sources(plan))
             note = f" (not included, fetch them with `./build.py fetch`: {', '.join(missing)})" if missing else ""

@@ -13,6 +13,7 @@ from rich.live import Live
 from rich.table import Table
 
 from torchstack.engine import BuildProgress
+from torchstack.errors import ToolkitError
 
 
 @dataclass
@@ -109,5 +110,8 @@ def summary_table(reports: list[StageReport]) -> Table:
 
 
 def write_json(path: Path, summary: dict, reports: list[StageReport]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({**summary, "stages": [asdict(r) for r in reports]}, indent=2) + "\n")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({**summary, "stages": [asdict(r) for r in reports]}, indent=2) + "\n")
+    except OSError as exc:
+        raise ToolkitError(f"--json {path}: the build is done, but its summary could not be written: {exc.strerror or exc}") from None

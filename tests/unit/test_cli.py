@@ -68,6 +68,11 @@ def test_list_backends_and_targets(cli):
         (["--frobnicate"], "No such option '--frobnicate'"),
         (["bootstrap", "--arch", "sparc"], "unknown --arch 'sparc'; valid: aarch64, s390x, x86_64"),
         (["plan", "--builder", "kaniko"], "Invalid value for '--builder'"),
+        # Options of a build before a command would be ignored by it: refused, naming each one.
+        (["--backend", "zdnn", "plan"], "--backend given before the plan command, which would ignore it: put the command first"),
+        (["--json", "x.json", "--release", "r26.11", "list", "backends"], "--release, --json given before the list command"),
+        (["render", "--output", "/proc/forbidden"], "--output /proc/forbidden: cannot write in /proc/forbidden:"),
+        (["--json", "/proc/forbidden/x.json", "--dry-run"], "--json /proc/forbidden/x.json: cannot write in /proc/forbidden:"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(cli, args, message):
@@ -76,6 +81,12 @@ def test_bad_input_is_one_line_and_exit_2(cli, args, message):
     assert code == 2, out
     assert len(lines) == 1 and lines[0].startswith("torchstack: error: "), out
     assert message in lines[0]
+
+
+def test_options_a_build_reads_from_the_environment_do_not_count_as_given_before_a_command(cli, monkeypatch):
+    monkeypatch.setenv("PIP_CERT", "/etc/ssl/certs/ca-certificates.crt")
+    code, out = invoke(cli, ["plan", "--release", "r26.11"])
+    assert code == 0 and "release tag   r26.11-" in out, out
 
 
 def test_no_docker_daemon_is_one_line(cli, monkeypatch):
