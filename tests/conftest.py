@@ -23,7 +23,7 @@ def catalog():
 @pytest.fixture
 def plan_for(catalog):
     def make(**fields):
-        return make_plan(catalog, Request(now=NOW, **fields))
+        return make_plan(catalog, Request(**{"now": NOW, "memory_gib": 64.0, **fields}))
 
     return make
 

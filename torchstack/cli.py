@@ -127,7 +127,7 @@ def format_plan(plan: Plan) -> str:
         f"target        {plan.target.name}: {plan.target.flag}" + (f"  [{plan.target_note}]" if plan.target_note else ""),
         f"compiler      CFLAGS={plan.cflags}  (GCC {plan.distribution.gcc}, {plan.distribution.name})",
         f"torch         {plan.torch_version}",
-        f"jobs          {plan.jobs} (PyTorch MAX_JOBS {plan.torch_jobs})",
+        f"jobs          {plan.jobs} (PyTorch MAX_JOBS {plan.torch_jobs})" + (f"  [{plan.jobs_note}]" if plan.jobs_note else ""),
         f"builder       {plan.builder}" + (" (BuildKit: ccache cache mount, CA as a secret)" if plan.builder == "buildx" else ""),
         f"runtime       {plan.runtime}: " + ("with" if plan.runtime == "full" else "without")
         + " what torch.compile needs; " + (env_line(plan.payload.env) or "no environment defaults"),

@@ -185,6 +185,8 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
     with _build_secrets(options, contexts) as secrets, BuildView(reports, log_path, options.get("quiet", False)) as view:
         for note in cpu_notes:
             view.note(note)
+        if plan.jobs_note:
+            view.note(f"torchstack: warning: {plan.jobs_note}")
         if base_missing:
             how = "bootstrapping it from the Debian archive" if plan.base_is_bootstrapped else "pulling it"
             how = f"pulling it from {options['cache_from']}, else {how}" if options.get("cache_from") else how

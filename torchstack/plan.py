@@ -37,6 +37,7 @@ class Request:
     runtime: str = "full"
     cpuinfo: str | None = None
     now: datetime | None = None
+    memory_gib: float | None = None  # the build host's memory (default: this machine's)
     plugin_wheels: tuple[str, ...] = ()  # --plugin-wheel, as given
     plugin_cache: Path | None = None  # where earlier downloads of plugin pins are
 
@@ -122,6 +123,7 @@ class Plan:
     build_type: str
     jobs: int
     torch_jobs: int
+    jobs_note: str  # what memory took off --jobs, if anything
     base_image: str
     base_is_bootstrapped: bool
     builder: str

@@ -18,6 +18,22 @@ GIB_PER_TORCH_JOB = 3.0
 GIB_PER_JOB = 1.0
 
 
+def _jobs(asked: int | None, mem: float, methods: dict[str, str]) -> tuple[int, int, str]:
+    """Parallel compile jobs, and for PyTorch's: --jobs, else this host's cores; never more than
+    memory allows (GIB_PER_JOB, GIB_PER_TORCH_JOB a job), --jobs included: an out-of-memory kill
+    an hour into a build costs more than fewer jobs. The note says what memory took off --jobs."""
+    cpu_count = asked or host.cores()
+    jobs, torch_jobs = (host.default_jobs(per_job, cpu_count, mem) for per_job in (GIB_PER_JOB, GIB_PER_TORCH_JOB))
+    compiles_torch = methods.get("torch", "source") == "source"
+    cut = []
+    if compiles_torch and torch_jobs < cpu_count:
+        cut.append(f"{torch_jobs} for PyTorch ({GIB_PER_TORCH_JOB:g} GiB a job)")
+    if jobs < cpu_count:
+        cut.append(f"{jobs} for the others ({GIB_PER_JOB:g} GiB a job)")
+    note = f"--jobs {asked} is more than {mem:.1f} GiB of memory allows: {', '.join(cut)}" if asked and cut else ""
+    return jobs, torch_jobs, note
+
+
 def make_plan(catalog: Catalog, request: Request) -> Plan:
     now = request.now or datetime.now(timezone.utc)
     this_host = host.host_arch()
@@ -32,9 +48,7 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
         else tags.release_tag(release, selection.torch_version, selection.backend.name, variants)
     )
 
-    cpu_count, mem = host.cores(), host.memory_gib()
-    jobs = request.jobs or host.default_jobs(GIB_PER_JOB, cpu_count, mem)
-    torch_jobs = request.jobs or host.default_jobs(GIB_PER_TORCH_JOB, cpu_count, mem)
+    jobs, torch_jobs, jobs_note = _jobs(request.jobs, request.memory_gib or host.memory_gib(), selection.methods)
     components = _component_plans(catalog, selection, {**request.versions, "torch": selection.torch_version}, jobs, torch_jobs)
     base_image = request.base_image or f"torchstack-os:{selection.distribution.name}-{selection.arch.debian}"
     stages = _stage_plans(catalog, selection.stage, components, base_image, f"{repository}-{{stage}}:{release_tag}")
@@ -53,6 +67,7 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
         build_type=selection.stage,
         jobs=jobs,
         torch_jobs=torch_jobs,
+        jobs_note=jobs_note,
         base_image=base_image,
         base_is_bootstrapped=request.base_image is None,
         builder=selection.builder,
