@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build numpy from its pinned source distribution against the image's OpenBLAS, into VENV.
 # Inputs: SOURCE VERSION PATCHES TREE VENV JOBS CFLAGS CXXFLAGS PKG_CONFIG_PATH NUMPY_SETUP_ARGS
-#         BUILD_REQUIREMENTS (pinned meson-python, meson, ninja, cython).
+#         PIP_INSTALLER (the pip to install first; it stays), BUILD_REQUIREMENTS (pinned meson-python,
+#         meson, ninja, cython).
 set -euo pipefail
 
 : "${SOURCE:?}" "${VERSION:?}" "${PATCHES:?}" "${TREE:?}" "${VENV:?}" "${JOBS:?}" "${CFLAGS:?}" "${NUMPY_SETUP_ARGS:?}"
@@ -12,6 +13,10 @@ echo "torchstack: building numpy $VERSION with CFLAGS='$CFLAGS' and ${setup_args
 
 tree=$TREE
 "$(dirname "$0")/prepare-source.sh" numpy "$VERSION" "$SOURCE" "$tree" "$PATCHES"
+if [[ -n ${PIP_INSTALLER:-} ]]; then
+    # On its own first: a pip that hands every repeated --config-settings key to the build.
+    "$VENV/bin/pip" install --no-cache-dir "$PIP_INSTALLER"
+fi
 "$VENV/bin/pip" install --no-cache-dir "${requirements[@]}"
 config=(--config-settings=compile-args=-j"$JOBS" --config-settings=build-dir=/tmp/torchstack-build/numpy)
 for arg in "${setup_args[@]}"; do

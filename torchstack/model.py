@@ -239,6 +239,8 @@ class Component(Frozen):
     build_packages: tuple[str, ...] = ()
     runtime_packages: tuple[str, ...] = ()
     build_requirements: tuple[PinnedPackage, ...] = ()
+    # The pip the build installs over the venv's own before anything else, and leaves in place.
+    installer: PinnedPackage | None = None
     # The source's own [build-system] requires (pyproject.toml), as published: our pins above must
     # satisfy each (a requirement on another component of the stack, numpy for torch, is met by
     # that component). The build checks it again (pip --check-build-dependencies).

@@ -167,7 +167,8 @@ class Plan:
 
     @property
     def cflags(self) -> str:
-        return f"-O2 {self.target.flag}"
+        """What numpy's and torch's compiles are given; their build types bring -O3."""
+        return self.target.flag
 
     def component(self, name: str) -> ComponentPlan | None:
         return next((c for c in self.components if c.name == name), None)

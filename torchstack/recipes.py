@@ -55,7 +55,8 @@ def pip_requirements(inputs: RecipeInputs) -> tuple[str, ...]:
     its alternative's requirements. The stage's fetch step downloads them; the step installs
     them offline (`_offline`)."""
     if inputs.compiles:
-        return inputs.component.build_requirements
+        installer = (inputs.component.installer,) if inputs.component.installer else ()
+        return (*installer, *inputs.component.build_requirements)
     alternative = inputs.component.alternatives.get(inputs.method)
     return tuple(r.format(version=inputs.version) for r in alternative.requirements) if alternative else ()
 
@@ -134,13 +135,16 @@ def zdnn(inputs: RecipeInputs) -> dict[str, str]:
 def numpy(inputs: RecipeInputs) -> dict[str, str]:
     if not inputs.compiles:
         return {"VENV": VENV, **_offline()}
-    flags = f"-O2 {inputs.target.flag}"
+    # The target's flag alone: meson puts environment CFLAGS after its release -O3, so an -O2
+    # here would win.
+    flags = inputs.target.flag
     return {
         "CFLAGS": flags,
         "CXXFLAGS": flags,
         "PKG_CONFIG_PATH": "",
         **inputs.exported,
         "NUMPY_SETUP_ARGS": "-Dblas=openblas -Dlapack=openblas -Dallow-noblas=false",
+        "PIP_INSTALLER": inputs.component.installer or "",
         "BUILD_REQUIREMENTS": " ".join(inputs.component.build_requirements),
         **_offline(),
         "VENV": VENV,
@@ -152,7 +156,7 @@ def numpy(inputs: RecipeInputs) -> dict[str, str]:
 def torch(inputs: RecipeInputs) -> dict[str, str]:
     if not inputs.compiles:
         return {"WHEEL": f"{WHEELS_DIR}/{inputs.wheel_name}"}
-    flags = f"-O2 {inputs.target.flag}"
+    flags = inputs.target.flag  # the Release build type brings the optimization level
     env = {
         **inputs.component.env,
         **inputs.arch.torch_env,

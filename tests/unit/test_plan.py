@@ -69,8 +69,8 @@ def test_torch_on_neoverse_v1_with_acl(plan_for):
         "MAX_JOBS": "8",
         "PYTORCH_BUILD_VERSION": "2.13.0",
         "PYTORCH_BUILD_NUMBER": "1",
-        "CFLAGS": "-O2 -mcpu=neoverse-v1",
-        "CXXFLAGS": "-O2 -mcpu=neoverse-v1",
+        "CFLAGS": "-mcpu=neoverse-v1",
+        "CXXFLAGS": "-mcpu=neoverse-v1",
         "BUILD_REQUIREMENTS": "setuptools==80.9.0 wheel==0.45.1 packaging==25.0 pyyaml==6.0.3 requests==2.32.5 "
         "six==1.17.0 typing-extensions==4.15.0 ninja==1.13.0 cmake==4.1.2",
         "PIP_NO_INDEX": "1",
@@ -95,7 +95,7 @@ def test_zdnn_on_z16(plan_for):
     }
     assert env_of(plan, "openblas")["OPENBLAS_MAKE_FLAGS"] == "TARGET=Z14 USE_OPENMP=1 NUM_THREADS=256 NO_STATIC=1 COMMON_OPT=-O2 CROSS=1"
     torch = env_of(plan, "torch")
-    assert (torch["USE_MKLDNN"], torch["USE_XNNPACK"], torch["CFLAGS"]) == ("0", "0", "-O2 -march=arch14")
+    assert (torch["USE_MKLDNN"], torch["USE_XNNPACK"], torch["CFLAGS"]) == ("0", "0", "-march=arch14")
 
 
 def test_numpy_against_our_openblas_on_x86_64_v3(plan_for):
@@ -105,11 +105,13 @@ def test_numpy_against_our_openblas_on_x86_64_v3(plan_for):
         "VERSION": "2.3.5",
         "PATCHES": "/opt/torchstack/patches/numpy",
         "TREE": "/tmp/torchstack-src/numpy",
-        "CFLAGS": "-O2 -march=x86-64-v3",
-        "CXXFLAGS": "-O2 -march=x86-64-v3",
+        "CFLAGS": "-march=x86-64-v3",
+        "CXXFLAGS": "-march=x86-64-v3",
         "PKG_CONFIG_PATH": "/opt/openblas/lib/pkgconfig",
         "OpenBLAS_HOME": "/opt/openblas",
         "NUMPY_SETUP_ARGS": "-Dblas=openblas -Dlapack=openblas -Dallow-noblas=false",
+        # Bookworm's pip 23.0.1 would hand meson only the last -D: a newer pip is installed first.
+        "PIP_INSTALLER": "pip==26.3",
         "BUILD_REQUIREMENTS": "meson-python==0.18.0 meson==1.9.1 ninja==1.13.0 cython==3.1.8 pyproject-metadata==0.9.1 packaging==25.0",
         "PIP_NO_INDEX": "1",
         "PIP_FIND_LINKS": "/opt/torchstack/downloads",
@@ -144,7 +146,7 @@ def test_every_backend_and_target_passes_the_targets_flags(catalog, plan_for):
                 assert ("BUILD_BFLOAT16=1" in openblas) == target.openblas.bf16
                 for name in ("numpy", "torch"):
                     env = env_of(plan, name)
-                    assert env["CFLAGS"] == env["CXXFLAGS"] == f"-O2 {target.flag}"
+                    assert env["CFLAGS"] == env["CXXFLAGS"] == target.flag
                     assert not ("-mcpu=" in env["CFLAGS"] and "-march=" in env["CFLAGS"])
                 torch = env_of(plan, "torch")
                 for key, value in backend.torch_env.items():

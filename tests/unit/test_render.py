@@ -75,6 +75,7 @@ def test_buildkit_mounts_the_secrets_and_caches_compiles(plan_for):
     assert "RUN --mount=type=secret,id=ca --mount=type=secret,id=pip \"/opt/venv/bin/pip\" download" in fetch
     assert "RUN --mount=type=cache,id=torchstack-ccache-x86_64,target=/ccache CCACHE_DIR" in compile_
     assert "secret" not in compile_ and "PIP_NO_INDEX=1" in compile_
+    assert " pip==26.3 meson-python==0.18.0 " in fetch, "the fetch step downloads the pip the build installs first"
     assert plan.component("numpy").env["PATH"].startswith("/usr/lib/ccache:")
     assert "ccache" in plan.component("numpy").build_packages
     assert plan.component("openblas").env["CCACHE_DIR"] == "/ccache"
