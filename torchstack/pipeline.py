@@ -112,12 +112,6 @@ def _add_sbom(client, plan: Plan, image: str, context: Path, log_path: Path, vie
     return result.image_id, path
 
 
-def _pushed_as(plan: Plan, stage: StagePlan) -> str:
-    """The name under which --push sends a stage's image: its own, but for the final stage the
-    release image's (the final stage plus its SBOM layer: every step of the final stage is in it)."""
-    return plan.final_image if stage.name == RELEASE_STAGE else stage.image
-
-
 def _pull_cache(client, plan: Plan, registry: str, name: str, note) -> str | None:
     """`name` as the --cache-from registry holds it, pulled; None (and one warning line) when the
     pull fails, and the stage builds here."""
@@ -140,7 +134,7 @@ def _cache_source(client, plan: Plan, stage: StagePlan, registry: str | None, no
         return None
     if engine.image_exists(client, stage.image):
         return stage.image
-    return _pull_cache(client, plan, registry, _pushed_as(plan, stage), note)
+    return _pull_cache(client, plan, registry, publish.pushed_as(plan, stage), note)
 
 
 def _base_image(client, plan: Plan, options: dict, view: BuildView) -> str:
@@ -207,7 +201,7 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
             try:
                 if plan.builder == "buildx":
                     # BuildKit asks the registry itself, and says so in its log when it lacks the image.
-                    cache = [publish.remote_name(options["cache_from"], _pushed_as(plan, stage))] if options.get("cache_from") else []
+                    cache = [publish.remote_name(options["cache_from"], publish.pushed_as(plan, stage))] if options.get("cache_from") else []
                     result = engine.build_image_buildx(
                         contexts / stage.name, stage.image, plan.platform, labels, options.get("no_cache", False),
                         secrets.files(), log, progress, stage.name, log_path, options.get("buildx_builder"), cache,

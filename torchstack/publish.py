@@ -18,7 +18,7 @@ import docker
 
 from torchstack import tags
 from torchstack.errors import ToolkitError, UsageProblem
-from torchstack.plan import RELEASE_STAGE, Plan
+from torchstack.plan import RELEASE_STAGE, Plan, StagePlan
 
 # What a registry or the network says when trying again may help, and when it cannot.
 _TRANSIENT = re.compile(
@@ -62,6 +62,13 @@ def remote_name(registry: str, local: str) -> str:
     return name
 
 
+def pushed_as(plan: Plan, stage: StagePlan) -> str:
+    """The local name under which --push sends a stage's image, and so the name another host's
+    --cache-from looks for: its own, but for the final stage the release image's (the final
+    stage plus its SBOM layer: every step of the final stage is in it)."""
+    return plan.final_image if stage.name == RELEASE_STAGE else stage.image
+
+
 def wanted(plan: Plan, registry: str | None, push_stages: bool, checked: bool) -> list[tuple[str, str]]:
     """(local name, name in the registry) of each image a build with --push sends: the release
     image (or the top stage, when the build stops earlier), and with --push-stages the OS image
@@ -74,10 +81,9 @@ def wanted(plan: Plan, registry: str | None, push_stages: bool, checked: bool) -
     registry = check_registry(registry)
     names = []
     if push_stages:
-        # The final stage's own name is the release image under its pre-check name: sent once, as the release.
         names += [plan.base_image] if plan.base_is_bootstrapped else []
-        names += [stage.image for stage in plan.stages if stage.name != RELEASE_STAGE]
-    names.append(plan.top_image)
+        names += [pushed_as(plan, stage) for stage in plan.stages]
+    names.append(plan.top_image)  # a build that stops early: its top stage under the release tag too
     return [(name, remote_name(registry, name)) for name in dict.fromkeys(names)]
 
 
