@@ -194,6 +194,10 @@ class Pin(Frozen):
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     sha256_from: str
     url: str | None = None  # where the component's url template does not fit this version
+    # The torch release lines ("2.13") upstream builds with this version, and where that is seen;
+    # a component whose pins name them is compiled only at the version paired with the image's torch.
+    torch: tuple[str, ...] = ()
+    torch_from: str | None = None
 
 
 class Source(Frozen):
@@ -281,6 +285,15 @@ class Component(Frozen):
     @property
     def default_version(self) -> str:
         return self.versions[0].version
+
+    def paired_with(self, torch_version: str) -> Pin | None:
+        """The pin upstream builds `torch_version` with, where the pins say (`torch`)."""
+        line = ".".join(torch_version.split("+")[0].split(".")[:2])
+        return next((p for p in self.versions if line in p.torch), None)
+
+    @property
+    def pairs_with_torch(self) -> bool:
+        return any(p.torch for p in self.versions)
 
     def source(self, version: str | None = None) -> Source | None:
         """The pinned source of `version` (default: the first listed), or None if not pinned."""

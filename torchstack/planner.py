@@ -101,6 +101,22 @@ def _named_by_content(catalog: Catalog, plan: Plan) -> Plan:
     return dataclasses.replace(plan, stages=tuple(stages))
 
 
+def _version(component, asked: str | None, torch_version: str, method: str) -> str:
+    """The version to build: the one asked for, else the default; for a component compiled at the
+    version paired with torch (its pins name torch lines), that one, and no other."""
+    if method != "source" or not component.pairs_with_torch:
+        return asked or component.default_version
+    paired = component.paired_with(torch_version)
+    pairs = "; ".join(f"{p.version} for torch {', '.join(p.torch)}" for p in component.versions if p.torch)
+    if paired is None:
+        raise UsageProblem(f"no pinned {component.name} pairs with torch {torch_version} (pinned: {pairs}): "
+                           "add the version upstream builds it with to torchstack/data/components.yaml")  # fmt: skip
+    if asked and asked != paired.version:
+        raise UsageProblem(f"{component.name} {asked} does not pair with torch {torch_version}: upstream builds it with "
+                           f"{component.name} {paired.version} ({paired.torch_from}); pinned: {pairs}")  # fmt: skip
+    return paired.version
+
+
 def _component_plans(
     catalog: Catalog, selection: Selection, versions: dict[str, str], jobs: int, torch_jobs: int
 ) -> tuple[ComponentPlan, ...]:
@@ -113,7 +129,7 @@ def _component_plans(
     components: list[ComponentPlan] = []
     for name, method in selection.methods.items():
         component = catalog.components[name]
-        version = versions.get(name) or component.default_version
+        version = _version(component, versions.get(name), selection.torch_version, method)
         source = component.source(version) if method == "source" else None
         if method == "source" and source is None:
             pinned = ", ".join(p.version for p in component.versions)

@@ -11,7 +11,7 @@ from torchstack.errors import UsageProblem
 # export_compile_commands added after it): name -> allowed values for EnumVariable, BOOL for
 # BoolVariable, None for path and free-text options, a tuple of items for ListVariable. Read from
 # the newest SConstruct our code search holds (Copyright 2016-2023 Arm Limited: arch values up to
-# armv8.6-a-sve2-sme2, os up to windows). The pinned 52.8.0's own SConstruct could not be read
+# armv8.6-a-sve2-sme2, os up to windows). The pinned 52.6.0's own SConstruct could not be read
 # here; an option it renamed or dropped since is not caught (written down as not verified).
 BOOL = "bool"
 ACL_OPTIONS = {

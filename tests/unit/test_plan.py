@@ -7,7 +7,7 @@ import pytest
 from torchstack.errors import UsageProblem
 from torchstack.metadata import build_info, stage_labels
 
-PIN = {"openblas": "0.3.33", "acl": "52.8.0", "zdnn": "1.0.1", "numpy": "2.3.5", "torch": "2.13.0"}
+PIN = {"openblas": "0.3.33", "acl": "52.6.0", "zdnn": "1.0.1", "numpy": "2.3.5", "torch": "2.13.0"}
 
 
 def env_of(plan, name):
@@ -30,8 +30,8 @@ def test_openblas_on_neoverse_v1(plan_for):
 def test_acl_on_neoverse_v1(plan_for):
     plan = plan_for(backend="onednn-acl", build_target="neoverse-v1", jobs=8)
     assert env_of(plan, "acl") == {
-        "SOURCE": "/opt/torchstack/sources/ComputeLibrary-52.8.0.tar.gz",
-        "VERSION": "52.8.0",
+        "SOURCE": "/opt/torchstack/sources/ComputeLibrary-52.6.0.tar.gz",
+        "VERSION": "52.6.0",
         "PATCHES": "/opt/torchstack/patches/acl",
         "TREE": "/tmp/torchstack-src/acl",
         "PREFIX": "/opt/acl",
@@ -311,3 +311,17 @@ def test_jobs_never_exceed_what_memory_allows_and_the_plan_says_so(plan_for, fie
     assert (plan.jobs, plan.torch_jobs, plan.jobs_note) == (jobs, torch_jobs, note)
     if "methods" not in fields:
         assert env_of(plan, "torch")["MAX_JOBS"] == str(torch_jobs)
+
+
+def test_acl_is_the_version_torch_is_built_with_upstream_and_no_other(plan_for, catalog):
+    plan = plan_for(backend="onednn-acl", build_target="neoverse-v1")
+    acl = plan.component("acl")
+    assert acl.version == "52.6.0" and acl.source.url.endswith("/007264fa740de5723ebddef16b7bb3657692c088.tar.gz")
+    assert "Homebrew" in acl.source.sha256_from
+    with pytest.raises(UsageProblem, match=r"^acl 25.02 does not pair with torch 2.13.0: upstream builds it with acl 52.6.0 \("):
+        plan_for(backend="onednn-acl", build_target="neoverse-v1", versions={"acl": "25.02"})
+    component = catalog.components["acl"]
+    assert component.paired_with("2.8.0+cpu").version == "25.02" and component.paired_with("2.15.0").version == "53.2.0"
+    assert component.paired_with("2.16.0") is None
+    # A prebuilt torch wheel brings its own ACL: nothing is compiled, nothing to pair.
+    assert plan_for(backend="onednn-acl", methods={"torch": "wheel"}, torch_wheel="index").component("acl") is None
