@@ -11,21 +11,25 @@ def test_venv_python_is_the_planned_one(python, ours):
 
 
 def test_numpy_is_linked_against_the_expected_blas(python, ours):
+    """numpy's own build configuration names the BLAS and LAPACK the plan promised, with their
+    folder (a build that lost its -Dblas/-Dlapack setup-args may still find some OpenBLAS), and
+    the compiler flags it was given."""
     numpy = ours["components"]["numpy"]
-    config = json.loads(python(
-        "import json, numpy; print(json.dumps(numpy.show_config(mode='dicts')['Build Dependencies']['blas']))"
-    ))  # fmt: skip
+    config = json.loads(python("import json, numpy; print(json.dumps(numpy.show_config(mode='dicts')))"))
     version = python("import numpy; print(numpy.__version__)").strip()
     assert version == numpy["version"], f"expected numpy {numpy['version']}, found {version}"
+    found = config["Build Dependencies"]
     if numpy["method"] == "wheel":
-        assert config["name"].startswith("scipy-openblas"), f"a numpy wheel carries scipy-openblas, found {config}"
+        assert found["blas"]["name"].startswith("scipy-openblas"), f"a numpy wheel carries scipy-openblas, found {found}"
         return
     openblas = ours["components"].get("openblas")
-    assert config["name"] == "openblas", f"expected numpy built against openblas, found {config}"
-    if openblas and openblas["method"] == "source":
-        assert config.get("lib directory") == f"{openblas['prefix']}/lib", (
-            f"expected numpy linked to {openblas['prefix']}/lib, found {config.get('lib directory')}"
-        )
+    # Our OpenBLAS under its prefix, or Debian's OpenMP build (the threading torch uses).
+    folder = f"{openblas['prefix']}/lib" if openblas and openblas["method"] == "source" else f"/usr/lib/{ours['arch']}-linux-gnu/openblas-openmp"
+    for kind in ("blas", "lapack"):
+        assert found[kind]["name"] == "openblas", f"expected numpy's {kind} to be openblas, found {found[kind]}"
+        assert found[kind].get("lib directory", "").rstrip("/") == folder, f"expected numpy's {kind} from {folder}, found {found[kind]}"
+    if ours.get("cflags"):
+        assert config["Compilers"]["c"]["args"] == ours["cflags"], f"numpy was compiled with {config['Compilers']['c']}"
 
 
 def test_numpy_computes_with_that_blas(python):
