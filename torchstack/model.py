@@ -70,11 +70,28 @@ class CpuWants(Frozen):
     why: str
 
 
+class OnednnKernels(Frozen):
+    """What oneDNN's own log (ONEDNN_VERBOSE=1) must name as the implementation of the checks'
+    convolution and matmul: proof that the backend's kernels ran, not only that its library is
+    in the image. Regular expressions on the implementation field (gemm:acl, brg_conv_fwd:avx2)."""
+
+    pattern: str
+    why: str
+    # Where oneDNN's "isa:" line (the CPU as oneDNN sees it) matches a key, the implementations
+    # it prefers there instead.
+    on_isa: dict[str, str] = {}
+
+    def expected(self, isa: str) -> str:
+        return next((p for key, p in self.on_isa.items() if re.search(key, isa)), self.pattern)
+
+
 class Architecture(Frozen):
     name: str
     debian: str
     docker: str
     qemu: str
+    # The CPU qemu-user emulates for the image checks (QEMU_CPU); none: qemu's default ("max").
+    qemu_cpu: str | None = None
     cpuinfo_features: str
     default_backend: str
     runners: Runners
@@ -157,6 +174,7 @@ class Backend(Frozen):
     plugins: tuple[str, ...] = ()  # vendor plugin wheels (plugins.yaml) every image of it installs
     cpu_wants: CpuWants | None = None
     probes: tuple[Probe, ...] = ()
+    onednn_kernels: OnednnKernels | None = None
 
 
 class Plugin(Frozen):

@@ -89,3 +89,13 @@ def test_build_pins_that_miss_the_sources_own_build_requirements_are_refused(dat
     (data_copy / "components.yaml").write_text(text)
     with pytest.raises(DataError, match=r"torch\.\(top level\): Value error, build_requirements do not satisfy .*setuptools>=77.0.0,<82 \(pinned 82.1.0\)"):
         load(data_copy)
+
+
+def test_every_backend_on_onednn_names_the_kernels_that_prove_it_ran(catalog):
+    for backend in catalog.backends.values():
+        assert (backend.onednn_kernels is not None) == backend.mkldnn, backend.name
+    acl = catalog.backends["onednn-acl"].onednn_kernels
+    # oneDNN's "isa:" line names the CPU: ACL's kernels on a Neoverse-N1, its own too on SVE cores.
+    assert acl.expected("AArch64 (with Advanced SIMD & floating-point)") == r"\bacl\b"
+    assert acl.expected("AArch64 SVE (512 bits)") == r"\bacl\b|sve"
+    assert catalog.architectures["aarch64"].qemu_cpu == "neoverse-n1"

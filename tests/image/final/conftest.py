@@ -11,6 +11,8 @@ import shlex
 
 import pytest
 
+from torchstack.host import host_arch
+
 # A convolution, and a linear layer in oneDNN's layout (an inner product or matmul primitive).
 ONEDNN_WORK = """
 import torch
@@ -39,11 +41,23 @@ print({REPORT_MARK!r} + json.dumps(report))
 
 
 @pytest.fixture(scope="session")
-def torch_report(user_host) -> dict:
+def emulated_cpu(catalog, image_attrs) -> str:
+    """For an image of another architecture than this host's (run under qemu-user), the CPU
+    qemu is told to emulate (QEMU_CPU), where the catalog names one; else empty."""
+    arch = next((a for a in catalog.architectures.values() if a.debian == image_attrs["Architecture"]), None)
+    if arch is None or arch.name == host_arch() or not arch.qemu_cpu:
+        return ""
+    return arch.qemu_cpu
+
+
+@pytest.fixture(scope="session")
+def torch_report(user_host, emulated_cpu) -> dict:
     """torch's version, configuration, oneDNN availability and KleidiAI's, the libraries mapped
     into the process after oneDNN work (where oneDNN is there), and oneDNN's verbose log of it
-    (`onednn_log`): from one process, as the image's default user."""
-    result = user_host.run(f"ONEDNN_VERBOSE=1 python3 -c {shlex.quote(TORCH_REPORT)}")
+    (`onednn_log`): from one process, as the image's default user (under qemu, on the CPU the
+    catalog picks for emulation)."""
+    cpu = f"QEMU_CPU={emulated_cpu} " if emulated_cpu else ""
+    result = user_host.run(f"{cpu}ONEDNN_VERBOSE=1 python3 -c {shlex.quote(TORCH_REPORT)}")
     assert result.rc == 0, f"python3 failed in the image (exit {result.rc}):\n{result.stderr[-2000:]}"
     log, _, report = result.stdout.rpartition(REPORT_MARK)
     return {**json.loads(report), "onednn_log": log}

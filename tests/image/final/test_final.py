@@ -90,20 +90,44 @@ def test_onednn_availability_is_what_the_backend_promises(torch_report, backend)
     assert available == backend.mkldnn, f"backend {backend.name}: mkldnn.is_available() should be {backend.mkldnn}, is {available}"
 
 
-def test_conv_and_linear_run_through_onednn(torch_report, backend):
+def test_conv_and_matmul_run_the_kernels_the_backend_promises(torch_report, backend):
+    """oneDNN's own log names the implementation of each primitive it ran: the convolution and
+    the matmul (or inner product) must run the ones the backend promises (onednn_kernels in
+    backends.yaml) on the CPU oneDNN reports (its "isa:" line)."""
     if not backend.mkldnn:
         pytest.skip(f"backend {backend.name} does not use oneDNN")
     log = torch_report["onednn_log"]
-    executed = [line.split(",")[5] for line in log.splitlines() if ",exec,cpu," in line]
-    assert "convolution" in executed, f"no oneDNN convolution ran; verbose output:\n{log[-1500:]}"
-    assert {"inner_product", "matmul"} & set(executed), f"no oneDNN inner product or matmul ran; ran {executed}"
+    isa = next((line.split("isa:", 1)[1] for line in log.splitlines() if ",info,cpu,isa:" in line), "unknown")
+    ran: dict[str, set[str]] = {}
+    for line in log.splitlines():
+        if ",exec,cpu," in line:
+            fields = line.split(",")
+            ran.setdefault(fields[5], set()).add(fields[6])
+    print(f"oneDNN on {isa}: " + "; ".join(f"{kind} {sorted(impls)}" for kind, impls in sorted(ran.items())))
+    assert "convolution" in ran, f"no oneDNN convolution ran; verbose output:\n{log[-1500:]}"
+    linear = ran.get("matmul", set()) | ran.get("inner_product", set())
+    assert linear, f"no oneDNN inner product or matmul ran; ran {ran}"
+    kernels = backend.onednn_kernels
+    if kernels is None:
+        return
+    expected = kernels.expected(isa)
+    for kind, impls in (("convolution", ran["convolution"]), ("matmul or inner product", linear)):
+        assert any(re.search(expected, impl) for impl in impls), (
+            f"the {kind} ran {sorted(impls)} on {isa}; backend {backend.name} promises implementations "
+            f"matching {expected}: {kernels.why}"
+        )
 
 
 def test_backend_libraries_are_in_the_image(torch_report, user_host, backend):
-    """The backend's libraries are loaded into torch's process (ACL), or at least installed (zDNN)."""
+    """The backend's libraries are mapped into torch's process after oneDNN work, where the
+    backend runs through oneDNN (ACL); otherwise (zDNN, reached through plugins) installed."""
     if not backend.libraries:
         pytest.skip(f"backend {backend.name} names no extra library")
     maps = torch_report["maps"]
+    if backend.onednn_kernels:
+        unmapped = [library for library in backend.libraries if library not in maps]
+        assert not unmapped, f"{', '.join(unmapped)} not mapped into torch's process after oneDNN work"
+        return
     linker_cache = user_host.run("/sbin/ldconfig -p").stdout
     for library in backend.libraries:
         assert library in maps or library in linker_cache, (
