@@ -1,7 +1,10 @@
-"""The image checks fail when they should: wrong backend, a planted build tool and CA, a foreign image."""
+"""The image checks fail when they should: wrong backend, a planted build tool and CA, a numpy on
+another BLAS, a foreign image."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,3 +67,25 @@ def test_an_image_the_toolkit_did_not_build(x86_build, plain_image):
     for applies in ("test_onednn_availability_is_what_the_backend_promises", "test_conv_and_matmul_run_the_kernels_the_backend_promises"):
         assert f"FAILED tests/image/final/test_final.py::{applies}" not in out
     assert "passed" in out.splitlines()[-1] and "skipped" in out.splitlines()[-1]
+
+
+def test_a_numpy_on_another_blas_than_the_promised_one_is_caught(client, x86_build, tmp_path):
+    """The tools image with its numpy swapped for PyPI's wheel (which carries scipy-openblas), its
+    build-info still promising Debian's OpenBLAS: numpy's own build configuration gives it away."""
+    tools = next(s for s in x86_build["stages"] if s["stage"] == "tools")["image"]
+    download = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                "--platform", "manylinux_2_28_x86_64", "--python-version", "3.11", "--dest", str(tmp_path), "numpy==2.3.5"]  # fmt: skip
+    subprocess.run(download, check=True, timeout=600)
+    wheel = next(tmp_path.glob("numpy-*.whl")).name
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {tools}\nUSER 0\nCOPY {wheel} /tmp/\n"
+        f"RUN /opt/venv/bin/pip install --no-index --no-deps --force-reinstall /tmp/{wheel} && rm /tmp/{wheel}\nUSER 1000:1000\n"
+    )
+    image = build(client, tmp_path, "torchstack-test:other-blas")
+    try:
+        result = run_build_py("test", image, "-k", "numpy_is_linked")
+        assert result.returncode == 1, result.stdout[-2000:]
+        assert "FAILED tests/image/tools/test_tools.py::test_numpy_is_linked_against_the_expected_blas" in result.stdout
+        assert "expected numpy's blas to be openblas, found {'name': 'scipy-openblas" in result.stdout, result.stdout[-2000:]
+    finally:
+        client.images.remove(image, force=True)
