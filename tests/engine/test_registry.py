@@ -50,7 +50,10 @@ def test_the_pulled_image_is_the_checked_one_and_passes_its_checks(client, x86_b
     pulled = subprocess.run(["docker", "pull", reference], capture_output=True, text=True, timeout=600)
     assert pulled.returncode == 0, pulled.stderr
     assert client.images.get(reference).id == client.images.get(x86_build["final_image"]).id
-    checked = run_build_py("test", reference)
+    # The very image ID whose every check passed in this session (x86_build, --recheck): the checks
+    # run again under the pulled name, but for the three that take a minute together and read only
+    # the image's content (the examples, torch.compile, an export of the whole file system).
+    checked = run_build_py("test", reference, "-k", "not every_example and not torch_compile and not ca_bundles")
     assert checked.returncode == 0 and "passed" in checked.stdout + checked.stderr, checked.stdout[-3000:] + checked.stderr[-3000:]
 
 
