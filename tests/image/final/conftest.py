@@ -13,19 +13,9 @@ import pytest
 
 from torchstack.host import host_arch
 
-# A convolution, and a linear layer in oneDNN's layout (an inner product or matmul primitive).
-ONEDNN_WORK = """
-import torch
-import torch.utils.mkldnn
-x = torch.randn(1, 16, 64, 64)
-conv = torch.nn.Conv2d(16, 32, 3).eval()
-linear = torch.utils.mkldnn.to_mkldnn(torch.nn.Linear(64, 32).eval())
-with torch.inference_mode():
-    conv(x)
-    linear(torch.randn(8, 64).to_mkldnn())
-"""
 REPORT_MARK = "torchstack-report: "
-# Run with oneDNN's verbose log on: its lines come first on stdout, the report last.
+# Run with oneDNN's verbose log on: its lines come first on stdout, the report last. Where oneDNN is
+# there, a convolution and a linear layer in oneDNN's layout (an inner product or matmul primitive).
 TORCH_REPORT = f"""
 import json, torch
 report = {{"version": torch.__version__, "mkldnn": torch.backends.mkldnn.is_available(),
@@ -33,7 +23,14 @@ report = {{"version": torch.__version__, "mkldnn": torch.backends.mkldnn.is_avai
 kleidiai = getattr(torch.backends, "kleidiai", None)
 report["kleidiai"] = None if kleidiai is None else kleidiai.is_available()
 if report["mkldnn"]:
-{"".join("    " + line + chr(10) for line in ONEDNN_WORK.strip().splitlines())}
+    import torch.utils.mkldnn
+    x = torch.randn(1, 16, 64, 64)
+    conv = torch.nn.Conv2d(16, 32, 3).eval()
+    linear = torch.utils.mkldnn.to_mkldnn(torch.nn.Linear(64, 32).eval())
+    with torch.inference_mode():
+        conv(x)
+        linear(torch.randn(8, 64).to_mkldnn())
+
 with open("/proc/self/maps") as maps:
     report["maps"] = maps.read()
 print({REPORT_MARK!r} + json.dumps(report))
