@@ -50,6 +50,14 @@ ARM64_ARGS = ["--backend", "onednn-acl", "--torch-from", "wheel", "--torch-wheel
               "--openblas-from", "distro", "--numpy-from", "wheel", "--ca-bundle", str(CA_BUNDLE)]  # fmt: skip
 
 
+def numpy_wheel(dest: Path) -> Path:
+    """PyPI's numpy 2.3.5 wheel for the x86_64 images' Python (3.11), downloaded into `dest`."""
+    download = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                "--platform", "manylinux_2_28_x86_64", "--python-version", "3.11", "--dest", str(dest), "numpy==2.3.5"]  # fmt: skip
+    subprocess.run(download, check=True, timeout=600)
+    return next(dest.glob("numpy-*.whl"))
+
+
 def run_build_py(*args: str, cwd: Path = ROOT, timeout: int = 3000, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, str(cwd / "build.py"), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
@@ -169,7 +177,6 @@ def plain_image(client) -> str:
     if not engine.image_exists(client, plan.base_image):
         pytest.fail(f"{plan.base_image} is not here: the plain image is built on the OS image the x86_64 chain bootstraps")
     return benchmark.plain_image(plan.base_image, plan.torch_wheel_file)[0]
-
 
 
 @pytest.fixture

@@ -3,13 +3,11 @@ another BLAS, a foreign image."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.engine.conftest import CA_BUNDLE, run_build_py
+from tests.engine.conftest import CA_BUNDLE, numpy_wheel, run_build_py
 
 pytestmark = pytest.mark.engine
 
@@ -73,10 +71,7 @@ def test_a_numpy_on_another_blas_than_the_promised_one_is_caught(client, x86_bui
     """The tools image with its numpy swapped for PyPI's wheel (which carries scipy-openblas), its
     build-info still promising Debian's OpenBLAS: numpy's own build configuration gives it away."""
     tools = next(s for s in x86_build["stages"] if s["stage"] == "tools")["image"]
-    download = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                "--platform", "manylinux_2_28_x86_64", "--python-version", "3.11", "--dest", str(tmp_path), "numpy==2.3.5"]  # fmt: skip
-    subprocess.run(download, check=True, timeout=600)
-    wheel = next(tmp_path.glob("numpy-*.whl")).name
+    wheel = numpy_wheel(tmp_path).name
     (tmp_path / "Dockerfile").write_text(
         f"FROM {tools}\nUSER 0\nCOPY {wheel} /tmp/\n"
         f"RUN /opt/venv/bin/pip install --no-index --no-deps --force-reinstall /tmp/{wheel} && rm /tmp/{wheel}\nUSER 1000:1000\n"

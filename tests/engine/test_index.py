@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import functools
 import http.server
-import subprocess
-import sys
 import threading
 
 import pytest
 
-from tests.engine.conftest import CA_BUNDLE, bridge_address, files_holding, run_build_py
+from tests.engine.conftest import CA_BUNDLE, bridge_address, files_holding, numpy_wheel, run_build_py
 
 pytestmark = pytest.mark.engine
 
@@ -22,10 +20,7 @@ def local_index(tmp_path_factory):
     root = tmp_path_factory.mktemp("index")
     project = root / "simple" / "numpy"
     project.mkdir(parents=True)
-    download = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                "--platform", "manylinux_2_28_x86_64", "--python-version", "3.11", "--dest", str(project),
-                "numpy==2.3.5"]  # fmt: skip
-    subprocess.run(download, check=True, timeout=600)
+    numpy_wheel(project)
     return root
 
 
