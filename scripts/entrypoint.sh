@@ -43,6 +43,9 @@ if [ -t 0 ] && [ -t 1 ]; then
             printf 'this CPU has %s, which the backend wants\n' "$TORCHSTACK_CPU_WANTS" >&2
         fi
     fi
+    # What the start-up hook every python3 here runs decided: threads within the CPU limit, and
+    # where torch.compile keeps its kernels (scripts/torchstack_startup.py).
+    python3 -m torchstack_startup >&2 || true
     if [ -n "$TORCHSTACK_PROBES" ]; then
         # shellcheck disable=SC2086 # one word per probe
         python3 "$(dirname "$(readlink -f "$0")")/probe.py" $TORCHSTACK_PROBES >&2 || true

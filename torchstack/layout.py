@@ -19,6 +19,9 @@ EXAMPLES_DIR = f"{TOOLKIT_DIR}/examples"  # the final image's examples (examples
 BUILD_INFO = f"{TOOLKIT_DIR}/build-info.json"
 ENTRYPOINT = f"{TOOLKIT_DIR}/entrypoint.sh"
 ENTRYPOINT_CONF = f"{TOOLKIT_DIR}/entrypoint.conf"
+# The final image's start-up hook (scripts/torchstack_startup.py): every Python process of the venv
+# loads it through the .pth file, whatever its entry point (threads, torch.compile's scratch).
+STARTUP_FILES = ("torchstack_startup.py", "torchstack-startup.pth")
 
 # In a stage that installs Python packages: what its throwaway fetch stage downloaded from the
 # package index (the only step that reaches it), for its own steps to install offline.

@@ -196,7 +196,8 @@ def assemble_context(
                 _place(p.wheel.path, dest / "plugins" / p.wheel.path.name)
             else:
                 missing.append(f"{p.requirement} (a plugin wheel, downloaded when the build starts)")
-        _place(SCRIPTS / "probe.py", dest / "probe.py")
+        for name in ("probe.py", *layout.STARTUP_FILES):
+            _place(SCRIPTS / name, dest / name)
         shutil.copytree(EXAMPLES, dest / "examples", ignore=shutil.ignore_patterns("__pycache__"))
         _place(SCRIPTS / "entrypoint.sh", dest / "entrypoint.sh")
         (dest / "entrypoint.conf").write_text(entrypoint_conf(plan))

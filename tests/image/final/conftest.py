@@ -19,7 +19,7 @@ REPORT_MARK = "torchstack-report: "
 TORCH_REPORT = f"""
 import json, torch
 report = {{"version": torch.__version__, "mkldnn": torch.backends.mkldnn.is_available(),
-          "config": torch.__config__.show()}}
+          "config": torch.__config__.show(), "threads": torch.get_num_threads()}}
 kleidiai = getattr(torch.backends, "kleidiai", None)
 report["kleidiai"] = None if kleidiai is None else kleidiai.is_available()
 if report["mkldnn"]:

@@ -1,6 +1,8 @@
 """Checks for the final image: the backend really runs, the tag tells the truth, nothing extra ships."""
 
+import contextlib
 import json
+import os
 import re
 import shlex
 import tarfile
@@ -47,6 +49,22 @@ print(f"Inductor's vector ISA: {cpu_vec_isa.pick_vec_isa()!r}")
 UNDER_EMULATION = ("resnet.py",)
 # OpenShift's restricted policy: a random user id, in group 0, with no passwd entry.
 ANY_USER = "123456:0"
+# A restricted pod (Kubernetes' restricted profile with a read-only root file system): that user,
+# no capabilities, no privilege escalation, no network. Its /tmp is what the pod mounts there.
+RESTRICTED = {"user": ANY_USER, "read_only": True, "cap_drop": ["ALL"], "security_opt": ["no-new-privileges"], "network_mode": "none"}
+EXEC_TMP = {"/tmp": "rw,exec"}  # an emptyDir, or docker run --tmpfs /tmp:rw,exec
+NOEXEC_TMP = {"/tmp": ""}  # docker run --tmpfs /tmp: Docker mounts it noexec
+# Eager mode, then torch.compile of the same model: where no folder allows running code, the first
+# works and the second ends with the start-up hook's one line (scripts/torchstack_startup.py).
+EAGER_THEN_COMPILE = """
+import torch
+model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 8)).eval()
+with torch.no_grad():
+    model(torch.randn(4, 64))
+    print("eager ran", flush=True)
+    torch.compile(model)(torch.randn(4, 64))
+print("compiled")
+"""
 # Every installed distribution with its requirements, and the image's marker environment.
 DISTRIBUTIONS = """
 import importlib.metadata, json, os, platform, sys
@@ -237,9 +255,9 @@ def test_no_build_tools(host):
     assert not found, f"build tools left in the final image: {found}"
 
 
-def test_torch_compile_compiles_a_model_that_matches_eager(user_host, any_user_host, ours):
-    """Natively, examples/compile.py (a ResNet-style model with freezing, as users run it) as an
-    arbitrary user; the examples loop leaves it to this check. Else the small model of COMPILE."""
+def test_torch_compile_compiles_a_model_that_matches_eager(user_host, restricted_pod, ours):
+    """Natively, examples/compile.py (a ResNet-style model with freezing, as users run it) in a
+    restricted pod; the examples loop leaves it to this check. Else the small model of COMPILE."""
     if ours["runtime"] == "slim":
         result = user_host.run(f"python3 -c {shlex.quote(COMPILE)}")
         assert result.rc != 0 and "InvalidCxxCompiler" in result.stderr, (
@@ -249,7 +267,7 @@ def test_torch_compile_compiles_a_model_that_matches_eager(user_host, any_user_h
     if ours["arch"] != host_arch():
         result = user_host.run(f"python3 -c {shlex.quote(COMPILE)}")
     else:
-        result = any_user_host.run(f"cd {EXAMPLES} && python3 compile.py")
+        result = restricted_pod.run(f"cd {EXAMPLES} && python3 compile.py")
     assert result.rc == 0, f"torch.compile failed:\n{result.stderr[-2500:]}"
     vec_isa = re.search(r"Inductor's vector ISA: (\S+)", result.stdout)
     assert vec_isa and vec_isa[1] != "''", f"Inductor found no vector ISA for its kernels ({result.stdout[-500:]})"
@@ -306,14 +324,112 @@ class _Stream:
         return data
 
 
+@contextlib.contextmanager
+def _running(image, **options):
+    """A container of the image that sleeps, with docker run's `options`, as a testinfra host."""
+    options.setdefault("network_mode", "none")
+    started = docker.from_env().containers.run(image, entrypoint=["sleep", "infinity"], detach=True, **options)
+    try:
+        yield testinfra.get_host(f"docker://{started.id}")
+    finally:
+        started.remove(force=True)
+
+
 @pytest.fixture(scope="session")
 def any_user_host(image):
     """A second container of the image, run as an arbitrary user id in group 0."""
-    started = docker.from_env().containers.run(
-        image, entrypoint=["sleep", "infinity"], user=ANY_USER, detach=True, network_mode="none"
-    )
-    yield testinfra.get_host(f"docker://{started.id}")
-    started.remove(force=True)
+    with _running(image, user=ANY_USER) as started:
+        yield started
+
+
+@pytest.fixture(scope="session")
+def restricted_pod(image):
+    with _running(image, tmpfs=EXEC_TMP, **RESTRICTED) as pod:
+        yield pod
+
+
+@pytest.fixture(scope="session")
+def one_cpu(image):
+    """A container allowed one CPU's time (docker run --cpus=1: a CFS quota, as a Kubernetes CPU limit)."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("this host has one CPU: no limit below its cores to run under")
+    with _running(image, nano_cpus=10**9) as limited:
+        yield limited
+
+
+def _threads(host, ours, env: str = "") -> tuple[str, str]:
+    """The thread count torch starts with, and what the start-up hook decided, from backend_info.py.
+    Under qemu (an image of another architecture), what the hook set instead of importing torch
+    (15 s each there): that torch follows OMP_NUM_THREADS is checked natively."""
+    if ours["arch"] != host_arch():
+        code = "import os, torchstack_startup as t; print(f\"threads: {os.environ.get('OMP_NUM_THREADS', 'unset')} ({t.decision})\")"
+        result = host.run(f"{env} python3 -c {shlex.quote(code)}")
+    else:
+        result = host.run(f"cd {EXAMPLES} && {env} python3 backend_info.py")
+    assert result.rc == 0, result.stderr[-1500:]
+    shown = re.search(r"^threads: (\S+) \((.*)\)$", result.stdout, re.M)
+    assert shown, f"no thread line with its reason:\n{result.stdout}"
+    return shown[1], shown[2]
+
+
+def test_threads_follow_a_cpu_limit(one_cpu, ours):
+    count, why = _threads(one_cpu, ours)
+    assert count == "1", f"{count} threads under --cpus=1 ({why})"
+    assert why.startswith("OMP_NUM_THREADS=1 from the CPU quota of 1 CPU (cgroup "), why
+
+
+def test_threads_follow_the_affinity_mask(image, ours):
+    """docker run --cpuset-cpus=0: torch counts the CPUs it may run on; the hook leaves it so."""
+    if ours["arch"] != host_arch():
+        pytest.skip("torch's own count (the hook sets nothing here): checked on the native image")
+    with _running(image, cpuset_cpus="0") as pinned:
+        count, why = _threads(pinned, ours)
+    assert count == "1", f"{count} threads on one CPU ({why})"
+    assert why == "1 CPU in the affinity mask, no CPU quota: torch's own choice", why
+
+
+def test_a_users_omp_num_threads_wins_over_the_cpu_limit(one_cpu, ours):
+    count, why = _threads(one_cpu, ours, "OMP_NUM_THREADS=2")
+    assert (count, why) == ("2", "OMP_NUM_THREADS=2, as set by the user")
+
+
+def test_the_switch_leaves_threads_to_torch_under_a_cpu_limit(one_cpu, ours, torch_report):
+    count, why = _threads(one_cpu, ours, "TORCHSTACK_FOLLOW_CPU_LIMIT=0")
+    unlimited = "unset" if ours["arch"] != host_arch() else str(torch_report["threads"])
+    assert (count, why) == (unlimited, "not following the CPU limit (TORCHSTACK_FOLLOW_CPU_LIMIT=0)")
+
+
+def _eager_then_compile(pod, ours) -> tuple[str, str]:
+    """What the start-up hook says of torch.compile's scratch, and (natively) how EAGER_THEN_COMPILE
+    ends; under qemu only the hook's decision (an emulated compile takes minutes)."""
+    scratch = pod.run("python3 -m torchstack_startup")
+    assert scratch.rc == 0, scratch.stderr
+    if ours["arch"] != host_arch() or ours["runtime"] == "slim":
+        return scratch.stdout, ""
+    result = pod.run(f"python3 -c {shlex.quote(EAGER_THEN_COMPILE)}")
+    return scratch.stdout, f"exit {result.rc}\n{result.stdout}{result.stderr}"
+
+
+@pytest.mark.parametrize("tmp", [NOEXEC_TMP, None], ids=["noexec-tmp", "no-tmp"])
+def test_a_restricted_pod_without_an_exec_folder_runs_eager_and_says_what_compile_needs(image, ours, tmp):
+    """A read-only root with Docker's noexec /tmp, or with no writable folder at all: eager mode
+    runs; torch.compile (Inductor loads the kernels it compiles) ends with one line, no traceback."""
+    with _running(image, **RESTRICTED, **({"tmpfs": tmp} if tmp else {})) as pod:
+        scratch, ran = _eager_then_compile(pod, ours)
+    assert "torch.compile scratch: /tmp: " in scratch and "/dev/shm: " in scratch, scratch
+    if ran:
+        assert ran.startswith("exit 1\neager ran\n") and "compiled" not in ran and "Traceback" not in ran, ran[-2500:]
+        assert ran.rstrip().splitlines()[-1].startswith("torchstack: torch.compile needs a writable folder"), ran[-2500:]
+
+
+def test_a_noexec_tmp_with_a_writable_home_compiles(image, ours):
+    """docker run --tmpfs /tmp (noexec) as an arbitrary user, the root writable: Inductor's cache
+    goes where its kernels can be loaded from."""
+    with _running(image, user=ANY_USER, tmpfs=NOEXEC_TMP) as pod:
+        scratch, ran = _eager_then_compile(pod, ours)
+    assert "torch.compile scratch: TORCHINDUCTOR_CACHE_DIR=" in scratch and "(/tmp: mounted noexec)" in scratch, scratch
+    if ran:
+        assert ran.startswith("exit 0\neager ran\ncompiled"), ran[-2500:]
 
 
 def test_an_arbitrary_user_id_has_a_writable_home(any_user_host):
@@ -325,8 +441,9 @@ def test_an_arbitrary_user_id_has_a_writable_home(any_user_host):
     assert named.rc == 0, f"getpass.getuser() fails for user {ANY_USER}:\n{named.stderr[-800:]}"
 
 
-def test_every_example_runs_as_an_arbitrary_user(any_user_host, ours):
-    examples = any_user_host.run(f"ls {EXAMPLES}/[!_]*.py").stdout.split()
+def test_every_example_runs_in_a_restricted_pod(restricted_pod, ours):
+    """As an arbitrary user with a read-only root, no capabilities and an exec-capable /tmp."""
+    examples = restricted_pod.run(f"ls {EXAMPLES}/[!_]*.py").stdout.split()
     assert len(examples) >= 7, f"expected the examples in {EXAMPLES}, found {examples}"
     emulated = ours["arch"] != host_arch()
     for example in examples:
@@ -336,11 +453,11 @@ def test_every_example_runs_as_an_arbitrary_user(any_user_host, ours):
             continue
         if name == "compile.py" and ours["runtime"] != "slim":
             continue  # run by test_torch_compile_compiles_a_model_that_matches_eager
-        result = any_user_host.run(f"cd {EXAMPLES} && python3 {example}")
+        result = restricted_pod.run(f"cd {EXAMPLES} && python3 {example}")
         if name == "compile.py" and ours["runtime"] == "slim":
             assert result.rc == 3 and "needs a C++ compiler" in result.stderr, result.stderr[-1500:]
             continue
-        assert result.rc == 0, f"{example} failed as user {ANY_USER}:\n{result.stderr[-1500:]}"
+        assert result.rc == 0, f"{example} failed in a restricted pod (user {ANY_USER}):\n{result.stderr[-1500:]}"
         print(result.stdout.strip())
 
 
@@ -360,6 +477,8 @@ def test_interactive_start_shows_the_banner_and_the_defaults(container, ours):
     for name, setting in ours["runtime_env"].items():
         shown = f"{name}={setting['value']}" if setting["default"] else f"-e {name}={setting['value']}"
         assert shown in text, f"the banner does not show {shown}:\n{text}"
+    # What the start-up hook decided (threads, torch.compile's scratch), as every python3 here does.
+    assert "threads: " in text and "torch.compile scratch: " in text, text
 
 
 def test_a_non_interactive_run_prints_only_its_own_output(image):
