@@ -38,10 +38,13 @@ def seconds_per_run(work: Callable[[], object], runs: int, warmup: int) -> list[
 
 
 def report(example: str, args: argparse.Namespace, times: list[float], items: int | None = None, **extra) -> None:
-    """One JSON line: the median time of a run and, with `items` (images, tokens) per run, a rate."""
+    """One JSON line: the median time of a run and, with `items` (images, tokens) per run, a rate;
+    and the mean (`mean_s`: throughput, which the median hides where a CPU quota throttles the
+    process for part of each period)."""
     median = statistics.median(times)
     result = {
         "example": example, "batch": args.batch, "runs": len(times), "median_s": round(median, 6),
+        "mean_s": round(statistics.fmean(times), 6),
         "threads": torch.get_num_threads(), "torch": torch.__version__, "machine": platform.machine(),
     }  # fmt: skip
     if items is not None:

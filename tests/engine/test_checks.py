@@ -1,8 +1,9 @@
 """The image checks fail when they should: wrong backend, a planted build tool and CA, a numpy on
-another BLAS, a foreign image."""
+another BLAS, a foreign image, our image without its start-up hook."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -82,5 +83,31 @@ def test_a_numpy_on_another_blas_than_the_promised_one_is_caught(client, x86_bui
         assert result.returncode == 1, result.stdout[-2000:]
         assert "FAILED tests/image/tools/test_tools.py::test_numpy_is_linked_against_the_expected_blas" in result.stdout
         assert "expected numpy's blas to be openblas, found {'name': 'scipy-openblas" in result.stdout, result.stdout[-2000:]
+    finally:
+        client.images.remove(image, force=True)
+
+
+def test_without_the_start_up_hook_the_cpu_limit_and_restricted_pod_checks_fail(client, x86_build, tmp_path):
+    """The final image with the hook (torchstack-startup.pth and its module) taken out, the rest as
+    built: under --cpus=1 torch starts a thread per core, and torch.compile without a folder it
+    can run code from dies with Inductor's or Python's traceback instead of the one line."""
+    site = "$(/opt/venv/bin/python3 -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))')"
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {x86_build['final_image']}\nUSER 0\n"
+        f'RUN rm "{site}/torchstack-startup.pth" "{site}/torchstack_startup.py"\nUSER 1000:1000\n'
+    )
+    image = build(client, tmp_path, "torchstack-test:no-start-up-hook")
+    try:
+        result = run_build_py("test", image, "-k", "threads_follow_a_cpu_limit or restricted_pod_without or noexec_tmp")
+        out = result.stdout
+        assert result.returncode == 1, out[-3000:]
+        assert "FAILED tests/image/final/test_final.py::test_threads_follow_a_cpu_limit" in out
+        threads = re.search(r"AssertionError: (\d+) threads under --cpus=1", out)
+        assert threads and int(threads[1]) > 1, out[-3000:]
+        for case, died_of in (("noexec-tmp", "failed to map segment from shared object"), ("no-tmp", "No usable temporary directory")):
+            assert f"FAILED tests/image/final/test_final.py::test_a_restricted_pod_without_an_exec_folder_runs_eager_and_says_what_compile_needs[{case}]" in out
+            assert died_of in out, (case, out[-3000:])
+        assert "FAILED tests/image/final/test_final.py::test_a_noexec_tmp_with_a_writable_home_compiles" in out
+        assert "4 failed" in out.splitlines()[-1], out.splitlines()[-1]
     finally:
         client.images.remove(image, force=True)
