@@ -13,9 +13,15 @@ from tests.engine.conftest import CA_BUNDLE, numpy_wheel, run_build_py
 pytestmark = pytest.mark.engine
 
 
-def build(client, context: Path, tag: str) -> str:
+def checks_of_a_changed_image(client, context: Path, base: str, steps: str, tag: str, select: str):
+    """The checks that `select` names (-k), run on `base` changed by `steps` (Dockerfile lines, run as
+    root; the image's user comes back after them), built as `tag` from `context` and removed after."""
+    (context / "Dockerfile").write_text(f"FROM {base}\nUSER 0\n{steps}USER 1000:1000\n")
     client.images.build(path=str(context), tag=tag, network_mode="host", rm=True)
-    return tag
+    try:
+        return run_build_py("test", tag, "-k", select)
+    finally:
+        client.images.remove(tag, force=True)
 
 
 def test_onednn_acl_checks_fail_on_an_x86_onednn_image(x86_build):
@@ -36,22 +42,15 @@ def test_a_planted_build_tool_and_ca_bundle_are_caught(client, x86_build, tmp_pa
     tools = next(s for s in x86_build["stages"] if s["stage"] == "tools")["image"]
     pem = "-----BEGIN CERTIFICATE-----" + CA_BUNDLE.read_text().split("-----BEGIN CERTIFICATE-----")[-1]
     (tmp_path / "proxy-ca.pem").write_text(pem)
-    (tmp_path / "Dockerfile").write_text(
-        f"FROM {x86_build['final_image']}\nUSER 0\n"
-        f"COPY --from={tools} /usr/bin/patch /usr/local/bin/patch\n"
-        "COPY proxy-ca.pem /opt/venv/lib/proxy-ca.pem\nUSER 1000:1000\n"
-    )
-    image = build(client, tmp_path, "torchstack-test:planted")
-    try:
-        result = run_build_py("test", image, "-k", "build_tools or ca_bundles")
-        assert result.returncode == 1
-        assert "FAILED tests/image/final/test_final.py::test_no_build_tools" in result.stdout
-        assert "build tools left in the final image: ['patch']" in result.stdout
-        assert "FAILED tests/image/final/test_final.py::test_no_extra_ca_bundles" in result.stdout
-        assert "/opt/venv/lib/proxy-ca.pem" in result.stdout
-        assert "2 failed" in result.stdout.splitlines()[-1], result.stdout.splitlines()[-1]
-    finally:
-        client.images.remove(image, force=True)
+    steps = f"COPY --from={tools} /usr/bin/patch /usr/local/bin/patch\nCOPY proxy-ca.pem /opt/venv/lib/proxy-ca.pem\n"
+    result = checks_of_a_changed_image(client, tmp_path, x86_build["final_image"], steps, "torchstack-test:planted",
+                                       "build_tools or ca_bundles")  # fmt: skip
+    assert result.returncode == 1
+    assert "FAILED tests/image/final/test_final.py::test_no_build_tools" in result.stdout
+    assert "build tools left in the final image: ['patch']" in result.stdout
+    assert "FAILED tests/image/final/test_final.py::test_no_extra_ca_bundles" in result.stdout
+    assert "/opt/venv/lib/proxy-ca.pem" in result.stdout
+    assert "2 failed" in result.stdout.splitlines()[-1], result.stdout.splitlines()[-1]
 
 
 def test_an_image_the_toolkit_did_not_build(x86_build, plain_image):
@@ -73,18 +72,11 @@ def test_a_numpy_on_another_blas_than_the_promised_one_is_caught(client, x86_bui
     build-info still promising Debian's OpenBLAS: numpy's own build configuration gives it away."""
     tools = next(s for s in x86_build["stages"] if s["stage"] == "tools")["image"]
     wheel = numpy_wheel(tmp_path).name
-    (tmp_path / "Dockerfile").write_text(
-        f"FROM {tools}\nUSER 0\nCOPY {wheel} /tmp/\n"
-        f"RUN /opt/venv/bin/pip install --no-index --no-deps --force-reinstall /tmp/{wheel} && rm /tmp/{wheel}\nUSER 1000:1000\n"
-    )
-    image = build(client, tmp_path, "torchstack-test:other-blas")
-    try:
-        result = run_build_py("test", image, "-k", "numpy_is_linked")
-        assert result.returncode == 1, result.stdout[-2000:]
-        assert "FAILED tests/image/tools/test_tools.py::test_numpy_is_linked_against_the_expected_blas" in result.stdout
-        assert "expected numpy's blas to be openblas, found {'name': 'scipy-openblas" in result.stdout, result.stdout[-2000:]
-    finally:
-        client.images.remove(image, force=True)
+    steps = f"COPY {wheel} /tmp/\nRUN /opt/venv/bin/pip install --no-index --no-deps --force-reinstall /tmp/{wheel} && rm /tmp/{wheel}\n"
+    result = checks_of_a_changed_image(client, tmp_path, tools, steps, "torchstack-test:other-blas", "numpy_is_linked")
+    assert result.returncode == 1, result.stdout[-2000:]
+    assert "FAILED tests/image/tools/test_tools.py::test_numpy_is_linked_against_the_expected_blas" in result.stdout
+    assert "expected numpy's blas to be openblas, found {'name': 'scipy-openblas" in result.stdout, result.stdout[-2000:]
 
 
 def test_without_the_start_up_hook_the_cpu_limit_and_restricted_pod_checks_fail(client, x86_build, tmp_path):
@@ -92,22 +84,16 @@ def test_without_the_start_up_hook_the_cpu_limit_and_restricted_pod_checks_fail(
     built: under --cpus=1 torch starts a thread per core, and torch.compile without a folder it
     can run code from dies with Inductor's or Python's traceback instead of the one line."""
     site = "$(/opt/venv/bin/python3 -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))')"
-    (tmp_path / "Dockerfile").write_text(
-        f"FROM {x86_build['final_image']}\nUSER 0\n"
-        f'RUN rm "{site}/torchstack-startup.pth" "{site}/torchstack_startup.py"\nUSER 1000:1000\n'
-    )
-    image = build(client, tmp_path, "torchstack-test:no-start-up-hook")
-    try:
-        result = run_build_py("test", image, "-k", "threads_follow_a_cpu_limit or restricted_pod_without or noexec_tmp")
-        out = result.stdout
-        assert result.returncode == 1, out[-3000:]
-        assert "FAILED tests/image/final/test_final.py::test_threads_follow_a_cpu_limit" in out
-        threads = re.search(r"AssertionError: (\d+) threads under --cpus=1", out)
-        assert threads and int(threads[1]) > 1, out[-3000:]
-        for case, died_of in (("noexec-tmp", "failed to map segment from shared object"), ("no-tmp", "No usable temporary directory")):
-            assert f"FAILED tests/image/final/test_final.py::test_a_restricted_pod_without_an_exec_folder_runs_eager_and_says_what_compile_needs[{case}]" in out
-            assert died_of in out, (case, out[-3000:])
-        assert "FAILED tests/image/final/test_final.py::test_a_noexec_tmp_with_a_writable_home_compiles" in out
-        assert "4 failed" in out.splitlines()[-1], out.splitlines()[-1]
-    finally:
-        client.images.remove(image, force=True)
+    steps = f'RUN rm "{site}/torchstack-startup.pth" "{site}/torchstack_startup.py"\n'
+    result = checks_of_a_changed_image(client, tmp_path, x86_build["final_image"], steps, "torchstack-test:no-start-up-hook",
+                                       "threads_follow_a_cpu_limit or restricted_pod_without or noexec_tmp")  # fmt: skip
+    out = result.stdout
+    assert result.returncode == 1, out[-3000:]
+    assert "FAILED tests/image/final/test_final.py::test_threads_follow_a_cpu_limit" in out
+    threads = re.search(r"AssertionError: (\d+) threads under --cpus=1", out)
+    assert threads and int(threads[1]) > 1, out[-3000:]
+    for case, died_of in (("noexec-tmp", "failed to map segment from shared object"), ("no-tmp", "No usable temporary directory")):
+        assert f"FAILED tests/image/final/test_final.py::test_a_restricted_pod_without_an_exec_folder_runs_eager_and_says_what_compile_needs[{case}]" in out
+        assert died_of in out, (case, out[-3000:])
+    assert "FAILED tests/image/final/test_final.py::test_a_noexec_tmp_with_a_writable_home_compiles" in out
+    assert "4 failed" in out.splitlines()[-1], out.splitlines()[-1]
