@@ -16,6 +16,7 @@ from pathlib import Path
 import docker
 
 from torchstack import sources
+from torchstack.connection import Engine
 from torchstack.errors import ToolkitError, UsageProblem
 from torchstack.model import ROOT, Catalog
 
@@ -34,9 +35,10 @@ class CheckOutcome:
     reused: bool = False
 
 
-def checks_fingerprint(stage: str, backend: str | None) -> str:
-    """A digest of everything besides the image that decides the checks' outcome."""
-    digest = hashlib.sha256(f"{stage}\0{backend}\0{platform.machine()}\0".encode())
+def checks_fingerprint(stage: str, backend: str | None, engine_kind: str = "docker") -> str:
+    """A digest of everything besides the image that decides the checks' outcome (the engine
+    that runs the containers among it)."""
+    digest = hashlib.sha256(f"{stage}\0{backend}\0{platform.machine()}\0{engine_kind}\0".encode())
     for root in CHECK_INPUTS:
         files = sorted(root.rglob("*")) if root.is_dir() else [root]
         for path in files:
@@ -91,6 +93,7 @@ def stage_lineage(catalog: Catalog, stage: str) -> list[str]:
 
 def run_checks(
     client: docker.DockerClient,
+    engine: Engine,
     catalog: Catalog,
     image: str,
     backend: str | None = None,
@@ -114,19 +117,20 @@ def run_checks(
     backend = backend or labels.get("io.torchstack.backend")
     if backend is not None and backend not in catalog.backends:
         raise UsageProblem(f"--backend {backend!r}: valid: {', '.join(sorted(catalog.backends))}")
-    fingerprint = checks_fingerprint(stage, backend)
+    fingerprint = checks_fingerprint(stage, backend, engine.kind)
     if reuse and not select and (summary := earlier_pass(found.id, fingerprint)):
         return CheckOutcome(passed=True, summary=summary, reused=True)
     folders = [str(CHECKS / name) for name in stage_lineage(catalog, stage) if (CHECKS / name).is_dir()]
     command = [
         sys.executable, "-m", "pytest", *folders, "--rootdir", str(ROOT), "-p", "no:cacheprovider",
-        "--image", image, "--stage", stage, "-rfs", "--tb=short", "--no-header", "-q",
+        "--image", image, "--stage", stage, "--engine", engine.kind, "-rfs", "--tb=short", "--no-header", "-q",
     ]  # fmt: skip
     if backend:
         command += ["--backend", backend]
     if select:
         command += ["-k", select]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    # The checks reach the same engine: the SDK through DOCKER_HOST, testinfra through its CLI.
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "DOCKER_HOST": engine.url})
     output = result.stdout or ""
     counts = re.findall(r"(\d+) (passed|failed|skipped|error|deselected)", output.splitlines()[-1] if output else "")
     summary = ", ".join(f"{n} {word}" for n, word in counts) if counts else f"pytest exit status {result.returncode}"

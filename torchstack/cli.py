@@ -13,6 +13,7 @@ import docker.errors
 from click.core import ParameterSource
 
 from torchstack import __version__, tags
+from torchstack.connection import ENGINES, choose, connect, refuse_for
 from torchstack.errors import DataError, ToolkitError, UsageProblem
 from torchstack.model import Catalog, load_catalog
 from torchstack.plan import Plan, Request
@@ -30,6 +31,13 @@ def _parse_pins(values: tuple[str, ...]) -> dict[str, str]:
             raise click.BadParameter(f"{value!r}: expected COMPONENT=VERSION, e.g. openblas=0.3.28")
         pins[name] = version
     return pins
+
+
+engine_option = click.option(
+    "--engine", type=click.Choice(ENGINES), default="auto", show_default=True, envvar="TORCHSTACK_ENGINE",
+    help="The container engine: docker, or podman (its API service: `podman system service`). auto: the one "
+    "DOCKER_HOST (or Podman's CONTAINER_HOST) names, else Docker's socket if present, else Podman's. "
+    "Default: $TORCHSTACK_ENGINE.")
 
 
 def plan_options(catalog: Catalog):
@@ -61,6 +69,7 @@ def plan_options(catalog: Catalog):
         click.option("--runtime", type=click.Choice(RUNTIMES), default=RUNTIMES[0], show_default=True,
                      help="full: the final image ships the C++ compiler, Python headers and openssl that torch.compile "
                      "needs at run time. slim: without them (torch.compile is refused), for sites that forbid compilers."),
+        engine_option,
         click.option("--builder", type=click.Choice(BUILDERS), default="auto", show_default=True,
                      help="docker: the Docker SDK's builder, any engine. buildx: BuildKit, with a ccache cache mount "
                      "and the CA as a secret. auto: buildx when compiling PyTorch and buildx is installed."),
@@ -79,9 +88,11 @@ def plan_options(catalog: Catalog):
     return decorate
 
 
-def _resolve_builder(choice: str, methods: dict[str, str]) -> str:
+def _resolve_builder(choice: str, methods: dict[str, str], engine_kind: str) -> str:
     if choice != "auto":
         return choice
+    if engine_kind == "podman":
+        return "docker"  # Podman's builder, behind the legacy build API
     from torchstack.engine import buildx_available
 
     return "buildx" if methods.get("torch", "source") == "source" and buildx_available() else "docker"
@@ -90,13 +101,15 @@ def _resolve_builder(choice: str, methods: dict[str, str]) -> str:
 def request_from(options: dict) -> Request:
     methods = {k.removeprefix("from_"): v for k, v in options.items() if k.startswith("from_") and v != "source"}
     builder = options["builder"]
+    engine_kind = choose(options.get("engine") or "auto").kind
+    refuse_for(engine_kind, options)
     for option, why in (("buildx_builder", "names a BuildKit builder"), ("ccache_dir", "moves BuildKit's compiler cache")):
         if options.get(option):
             if builder == "docker":
                 raise UsageProblem(f"--{option.replace('_', '-')} {why}: use it with --builder buildx (or auto)")
             builder = "buildx"
     return Request(
-        builder=_resolve_builder(builder, methods),
+        builder=_resolve_builder(builder, methods, engine_kind),
         build_type=options["build_type"],
         backend=options["backend"],
         build_target=options["build_target"],
@@ -216,7 +229,7 @@ class ToolkitGroup(click.Group):
         except ToolkitError as exc:
             _fail(str(exc), exc.exit_code)
         except docker.errors.DockerException as exc:
-            _fail(f"the Docker engine failed: {str(exc).splitlines()[0]}", 1)
+            _fail(f"the container engine failed: {str(exc).splitlines()[0]}", 1)
         except (KeyboardInterrupt, click.exceptions.Abort):
             _fail("interrupted", 130)
         return None
@@ -325,6 +338,7 @@ def make_cli(catalog: Catalog) -> click.Group:
             pushes = wanted(plan, options["registry"], options["push_stages"], checked=not options["no_test"])
         if options["dry_run"]:
             click.echo(format_plan(plan))
+            click.echo(f"engine        {choose(options['engine']).describe()}")
             if options["cache_from"]:
                 click.echo(f"cache from    {options['cache_from']}: each stage image above, pulled where this engine lacks it")
             for local, remote in pushes:
@@ -337,8 +351,9 @@ def make_cli(catalog: Catalog) -> click.Group:
     @cli.command("plan")
     @with_plan
     def plan_command(**options) -> None:
-        """Print the build plan: stages, images, tags, flags. Needs no Docker engine."""
+        """Print the build plan: stages, images, tags, flags, and the engine a build would use. Needs no engine."""
         click.echo(format_plan(make_plan(catalog, request_from(options))))
+        click.echo(f"engine        {choose(options['engine']).describe()}")
 
     @cli.command("render")
     @click.option("--output", required=True, type=click.Path(file_okay=False, path_type=Path),
@@ -407,13 +422,15 @@ def make_cli(catalog: Catalog) -> click.Group:
     @click.option("--distribution", default=catalog.default_distribution, show_default=True)
     @click.option("--debian-mirror", help="Debian archive URL (default: the distribution's).")
     @click.option("--force", is_flag=True, help="Make it again even if the image exists.")
-    def bootstrap_command(arch: str | None, distribution: str, debian_mirror: str | None, force: bool) -> None:
+    @engine_option
+    def bootstrap_command(arch: str | None, distribution: str, debian_mirror: str | None, force: bool, engine: str) -> None:
         """Create the Debian base image from the Debian archive with mmdebstrap (no registry needed)."""
-        from torchstack import bootstrap, engine, prerequisites
+        from torchstack import bootstrap, prerequisites
 
         plan = make_plan(catalog, Request(build_type="base", arch=arch, distribution=distribution))
         prerequisites.require(plan, bootstrap=True)
-        image = bootstrap.ensure_base_image(engine.connect(), plan, debian_mirror, force=force)
+        client, _ = connect(choose(engine))
+        image = bootstrap.ensure_base_image(client, plan, debian_mirror, force=force)
         click.echo(image)
 
     @cli.command("manifest")
@@ -421,7 +438,8 @@ def make_cli(catalog: Catalog) -> click.Group:
     @click.argument("sources", nargs=-1, required=True)
     @click.option("--arch", "arches", multiple=True, required=True,
                   help=f"An architecture the tag must hold, one of {', '.join(catalog.architectures)} (repeat).")
-    def manifest_command(target: str, sources: tuple[str, ...], arches: tuple[str, ...]) -> None:
+    @engine_option
+    def manifest_command(target: str, sources: tuple[str, ...], arches: tuple[str, ...], engine: str) -> None:
         """Join per-architecture images in a registry (SOURCES) as one multi-architecture tag (TARGET).
 
         For example: manifest ghcr.io/acme/torchstack:r26.11-torch-2.13.0-openblas
@@ -438,23 +456,25 @@ def make_cli(catalog: Catalog) -> click.Group:
         except UsageProblem:
             raise UsageProblem(f"{target}: not a valid image name (HOST[:PORT]/NAME:TAG, lowercase)") from None
         expected = {a: catalog.architectures[a].docker.split("/", 1)[1] for a in dict.fromkeys(arches)}
-        digest = join_architectures(target, list(sources), expected, lambda line: click.echo(line, err=True))
+        kind = choose(engine).kind  # the engine's CLI does this, not its API
+        digest = join_architectures(target, list(sources), expected, lambda line: click.echo(line, err=True), kind)
         click.echo(f"{target}@{digest}")
 
     @cli.command("inspect")
     @click.argument("image")
     @click.option("--json", "as_json", is_flag=True, help="Print it as JSON, for machines.")
-    def inspect_command(image: str, as_json: bool) -> None:
+    @engine_option
+    def inspect_command(image: str, as_json: bool, engine: str) -> None:
         """What IMAGE says about itself: its build manifest and SBOM summary, from the image alone."""
         import json
 
-        from torchstack import engine, sbom
+        from torchstack import sbom
 
-        client = engine.connect()
+        client, chosen = connect(choose(engine))
         try:
             found, info, text = sbom.read_image(client, image)
         except docker.errors.ImageNotFound:
-            raise UsageProblem(f"{image}: no such image here (docker pull it first)") from None
+            raise UsageProblem(f"{image}: no such image here ({chosen.kind} pull it first)") from None
         except KeyError:
             raise UsageProblem(f"{image}: not a torchstack image (no {sbom.BUILD_INFO_LABEL} label)") from None
         report = {
@@ -470,11 +490,13 @@ def make_cli(catalog: Catalog) -> click.Group:
     @click.option("--stage", help="Stage to check the image as (default: from its labels, else final).")
     @click.option("-k", "select", metavar="EXPR",
                   help="Run only the checks whose names match EXPR (pytest's -k); the pass is not recorded.")
-    def test_command(image: str, backend: str | None, stage: str | None, select: str | None) -> None:
+    @engine_option
+    def test_command(image: str, backend: str | None, stage: str | None, select: str | None, engine: str) -> None:
         """Check what is inside IMAGE: any image, ours or not."""
-        from torchstack import checks, engine
+        from torchstack import checks
 
-        result = checks.run_checks(engine.connect(), catalog, image, backend=backend, stage=stage, select=select)
+        client, chosen = connect(choose(engine))
+        result = checks.run_checks(client, chosen, catalog, image, backend=backend, stage=stage, select=select)
         if not result.passed:
             raise ToolkitError(f"{image}: {result.summary}")
         click.echo(f"{image}: {result.summary}")

@@ -1,4 +1,4 @@
-"""The Docker engine as builds use it: one streamed image build at a time, with its outcome."""
+"""The engine as builds use it, Docker's or Podman's through the same API: one streamed build at a time."""
 
 from __future__ import annotations
 
@@ -15,26 +15,15 @@ from typing import Callable
 import docker
 import docker.errors
 
-from torchstack.errors import BuildFailed, EngineUnavailable
+from torchstack.errors import BuildFailed
 
-_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
+# Docker's legacy builder says "Step 3/9 : RUN ..." and "---> Using cache"; Podman's (buildah) says
+# "[2/3] STEP 3/9: RUN ..." (the prefix in multi-stage builds) and "--> Using cache 1f2e...".
+_STEP = re.compile(r"^(?:\[\d+/\d+\] )?(?:Step|STEP) (\d+)/(\d+) ?: (.*)$")
+_USING_CACHE = re.compile(r"^-{2,3}> Using cache\b")
 # BuildKit's plain progress: "#7 [build 3/9] RUN ..." and "#7 CACHED".
 _BUILDKIT_STEP = re.compile(r"^#(\d+) \[([^\]]*?)\s*(\d+)/(\d+)\] (.*)$")
 _BUILDKIT_CACHED = re.compile(r"^#(\d+) CACHED$")
-
-
-def connect() -> docker.DockerClient:
-    """A client for the engine DOCKER_HOST names (default: the local socket), or one clear error."""
-    try:
-        client = docker.from_env(timeout=600)
-        client.ping()
-    except (docker.errors.DockerException, OSError) as exc:
-        reason = str(exc).split("(")[0].strip() or type(exc).__name__
-        raise EngineUnavailable(
-            f"no Docker engine answers ({reason}); start one with `sudo dockerd &` or `sudo systemctl start docker`, "
-            "or run scripts/setup-host.sh"
-        ) from None
-    return client
 
 
 @dataclass
@@ -92,7 +81,7 @@ def build_image(
         decode=True,
     )
     image_id = None
-    from_steps = 0
+    seen = 0
     ran: list[str] = []
     step_cached = True  # the step under way: its instruction is in progress.instruction
     try:
@@ -110,9 +99,8 @@ def build_image(
                         ran.append(progress.instruction)
                     progress.step, progress.steps, progress.instruction = int(match[1]), int(match[2]), match[3]
                     step_cached = match[3].upper().startswith("FROM")
-                    if step_cached:
-                        from_steps += 1
-                elif stripped == "---> Using cache":
+                    seen += 1
+                elif _USING_CACHE.match(stripped):
                     progress.cached_steps += 1
                     step_cached = True
                 elif stripped:
@@ -125,7 +113,7 @@ def build_image(
     if image_id is None:
         image_id = client.images.get(tag).id
     seconds = time.monotonic() - progress.started
-    cached = progress.steps > 0 and progress.cached_steps >= progress.steps - from_steps
+    cached = seen > 0 and not ran
     return BuildResult(image_id=image_id, seconds=seconds, cached=cached, ran=tuple(ran))
 
 

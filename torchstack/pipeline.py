@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
-from torchstack import bootstrap, checks, engine, layout, prerequisites, publish, sbom, sources
+from torchstack import bootstrap, checks, connection, engine, layout, prerequisites, publish, sbom, sources
 from torchstack.errors import ChecksFailed, ToolkitError, UsageProblem
 from torchstack.model import Catalog
 from torchstack.metadata import stage_labels
@@ -137,6 +137,23 @@ def _cache_source(client, plan: Plan, stage: StagePlan, registry: str | None, no
     return _pull_cache(client, plan, registry, publish.pushed_as(plan, stage), note)
 
 
+def _podman_stage(client, plan: Plan, stage: StagePlan, options: dict, note) -> str | None:
+    """On Podman, an earlier stage whose image is here, or in the --cache-from registry, under its
+    content name (metadata.stage_image: a digest of everything that goes into it) is taken as it
+    is: "cached" or "pulled"; None when it is to be built (always the release stage, whose name is
+    not its content, and every stage with --no-cache). Podman's builder reuses only steps it made
+    itself, so this is how a Podman host takes what another host built."""
+    if stage.name == RELEASE_STAGE or options.get("no_cache"):
+        return None
+    if engine.image_exists(client, stage.image):
+        return "cached"
+    if options.get("cache_from") and (remote := _pull_cache(client, plan, options["cache_from"], publish.pushed_as(plan, stage), note)):
+        repository, _, tag = stage.image.rpartition(":")
+        client.images.get(remote).tag(repository, tag)
+        return "pulled"
+    return None
+
+
 def _base_image(client, plan: Plan, options: dict, view: BuildView) -> str:
     """The OS image: here already, pulled from --cache-from's registry (the very image the stages
     there were built on: one bootstrapped here would differ, and no step would match), else made
@@ -150,7 +167,8 @@ def _base_image(client, plan: Plan, options: dict, view: BuildView) -> str:
 
 
 def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> Plan:
-    client = engine.connect()
+    client, chosen = connection.connect(connection.choose(options.get("engine") or "auto"))
+    connection.refuse_for(chosen.kind, {**options, "builder": plan.builder})
     base_missing = not engine.image_exists(client, plan.base_image)
     prerequisites.require(plan, bootstrap=base_missing and plan.base_is_bootstrapped)
     cpu_notes = prerequisites.require_cpu_for_checks(plan, checks=not options.get("no_test"))
@@ -177,6 +195,7 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
     probes: dict = {}
 
     with _build_secrets(options, contexts) as secrets, BuildView(reports, log_path, options.get("quiet", False)) as view:
+        view.note(f"torchstack: engine {chosen.describe()}")
         for note in cpu_notes:
             view.note(note)
         if plan.jobs_note:
@@ -198,6 +217,11 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
             progress = view.start(report)
             labels = stage_labels(plan, stage)
             log = functools.partial(view.line, stage.name)
+            taken = _podman_stage(client, plan, stage, options, view.note) if chosen.kind == "podman" else None
+            if taken:
+                report.status, report.cached, report.seconds = taken, True, time.monotonic() - progress.started
+                report.size_bytes = engine.image_size(client, stage.image)
+                continue
             try:
                 if plan.builder == "buildx":
                     # BuildKit asks the registry itself, and says so in its log when it lacks the image.
@@ -207,7 +231,8 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
                         secrets.files(), log, progress, stage.name, log_path, options.get("buildx_builder"), cache,
                     )  # fmt: skip
                 else:
-                    cache = _cache_source(client, plan, stage, options.get("cache_from"), view.note)
+                    # Podman's build API reads cache sources as buildah's own cache repositories: none given.
+                    cache = None if chosen.kind == "podman" else _cache_source(client, plan, stage, options.get("cache_from"), view.note)
                     result = engine.build_image(
                         client, contexts / stage.name, stage.image, plan.platform, labels,
                         options.get("no_cache", False), log, progress, stage.name, log_path, [cache] if cache else None,
@@ -237,7 +262,7 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
         if test_images:
             view.note(f"torchstack: checking {top.image}" + (f" with its SBOM ({checked[:19]})" if checked != top.image else ""))
             outcome = checks.run_checks(
-                client, catalog, checked, backend=plan.backend.name, quiet=options.get("quiet", False),
+                client, chosen, catalog, checked, backend=plan.backend.name, quiet=options.get("quiet", False),
                 reuse=not options.get("recheck"),
             )  # fmt: skip
             checks_summary = outcome.summary
@@ -253,14 +278,15 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
         repository, _, tag = plan.top_image.rpartition(":")
         client.images.get(checked).tag(repository, tag)
         reports[-1].tags.append(plan.top_image)
-        pushed = [publish.push(client, local, remote, view.note) for local, remote in pushes]
+        pushed = [publish.push(client, local, remote, view.note, chosen.kind) for local, remote in pushes]
         for done in pushed:
-            view.note(f"torchstack: pushed {done.reference} ({done.digest}, {done.layers} layers, "
-                      f"{done.already_there} already there)")  # fmt: skip
+            layers = f", {done.layers} layers, {done.already_there} already there" if done.layers else ""
+            view.note(f"torchstack: pushed {done.reference} ({done.digest}{layers})")
 
     total = time.monotonic() - started
     summary = {
         "release_tag": plan.release_tag,
+        "engine": {"kind": chosen.kind, "url": chosen.url, "chosen_by": chosen.why},
         "final_image": plan.final_image if top.name == RELEASE_STAGE else None,
         "arch": plan.arch.name,
         "backend": plan.backend.name,

@@ -24,7 +24,7 @@ class StageReport:
     size_bytes: int | None = None
     seconds: float | None = None
     cached: bool | None = None
-    status: str = "waiting"  # waiting | building | built | cached | failed | interrupted
+    status: str = "waiting"  # waiting | building | built | cached | pulled | failed | interrupted
     ran: list[str] = field(default_factory=list)  # steps the engine ran rather than took from its cache
 
 

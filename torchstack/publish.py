@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import re
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import docker
 
@@ -29,6 +32,18 @@ _TRANSIENT = re.compile(
 _AUTH = re.compile(r"unauthorized|authentication required|no basic auth credentials|denied|forbidden", re.IGNORECASE)
 _TLS = re.compile(r"x509|certificate|tls:|HTTP response to HTTPS client", re.IGNORECASE)
 ATTEMPTS = 3
+# What a refused push tells the user to do, per engine.
+LOGIN = {
+    "docker": "log in with `docker login {host}` (credentials are read from the Docker config)",
+    "podman": "log in with `podman login {host}` (Podman's service reads its auth.json, then the Docker config)",
+}
+TLS_FIX = {
+    "docker": "give the engine the registry's CA (/etc/docker/certs.d/{host}/ca.crt) or, for a plain-HTTP "
+    "registry, list {host} in the engine's insecure-registries",
+    "podman": "give Podman the registry's CA (/etc/containers/certs.d/{host}/ca.crt) or, for a plain-HTTP "
+    'registry, add [[registry]] location = "{host}" insecure = true to /etc/containers/registries.conf and '
+    "restart Podman's service",
+}
 
 
 class PushFailed(ToolkitError):
@@ -39,7 +54,7 @@ class PushFailed(ToolkitError):
 class Pushed:
     reference: str  # registry/namespace/repository:tag
     digest: str  # the manifest's sha256, as the registry reported it
-    layers: int
+    layers: int | None  # None: the engine told none (Podman's API reports the digest alone)
     already_there: int  # layers the registry had before this push
     attempts: int
 
@@ -87,28 +102,24 @@ def wanted(plan: Plan, registry: str | None, push_stages: bool, checked: bool) -
     return [(name, remote_name(registry, name)) for name in dict.fromkeys(names)]
 
 
-def push(client: docker.DockerClient, local: str, remote: str, say: Callable[[str], None]) -> Pushed:
-    """Tag `local` as `remote` and push it, trying again on a transient failure."""
+def push(client: docker.DockerClient, local: str, remote: str, say: Callable[[str], None], engine: str = "docker") -> Pushed:
+    """Tag `local` as `remote` and push it, trying again on a transient failure. `engine` (docker
+    or podman) decides what a refusal's line tells the user to do."""
     repository, _, tag = remote.rpartition(":")
     client.images.get(local).tag(repository, tag)
     host = repository.split("/", 1)[0]
+    if engine == "podman":
+        say(f"torchstack: pushing {remote} (Podman's API says nothing more until the push is done)")
     for attempt in range(1, ATTEMPTS + 1):
         try:
             digest, layers, already = _push_once(client, repository, tag, say)
-            return Pushed(remote, digest, len(layers), len(already), attempt)
+            return Pushed(remote, digest, len(layers) or None, len(already), attempt)
         except (docker.errors.APIError, _RegistrySaid, OSError) as problem:
             message = _one_line(problem)
             if _AUTH.search(message):
-                raise PushFailed(
-                    f"push of {remote} refused: {message}; log in with `docker login {host}` "
-                    "(credentials are read from the Docker config)"
-                ) from None
+                raise PushFailed(f"push of {remote} refused: {message}; {LOGIN[engine].format(host=host)}") from None
             if _TLS.search(message):
-                raise PushFailed(
-                    f"push of {remote} failed on TLS: {message}; give the engine the registry's CA "
-                    f"(/etc/docker/certs.d/{host}/ca.crt) or, for a plain-HTTP registry, list {host} "
-                    "in the engine's insecure-registries"
-                ) from None
+                raise PushFailed(f"push of {remote} failed on TLS: {message}; {TLS_FIX[engine].format(host=host)}") from None
             if attempt == ATTEMPTS or not _TRANSIENT.search(message):
                 raise PushFailed(f"push of {remote} failed after {attempt} attempt(s): {message}") from None
             wait = 2**attempt
@@ -158,20 +169,63 @@ def _one_line(problem: BaseException) -> str:
     return " ".join(text.split())[:300]
 
 
-def join_architectures(target: str, sources: list[str], expected: dict[str, str], say: Callable[[str], None]) -> str:
-    """One multi-architecture tag, `target`, over per-architecture images already in the registry.
+def join_architectures(target: str, sources: list[str], expected: dict[str, str], say: Callable[[str], None],
+                       engine: str = "docker") -> str:  # fmt: skip
+    """One multi-architecture tag, `target`, over per-architecture images already in the registry,
+    made with the engine's CLI (`docker manifest`, or `podman manifest`).
 
     `expected` maps each architecture the tag must hold to its Docker name (aarch64: arm64). A
     source the registry lacks, two sources of one architecture, an architecture missing or one
     not asked for: refused in one line, nothing made. Returns the digest of the pushed list."""
     host = target.split("/", 1)[0]
-    insecure = ["--insecure"] if _loopback(host) else []  # as the engine: plain HTTP on loopback only
+    if engine == "podman":
+        # Podman reads an image's platform only into a list of its own: the list is made first,
+        # source by source, and removed however the join ends.
+        scratch = f"torchstack-manifest-{os.getpid()}"
+        tls = [f"--tls-verify={'false' if _loopback(host) else 'true'}"]
+        _cli("podman", "manifest", "create", scratch)
+        try:
+            def platforms(source: str) -> list[str]:
+                before = _podman_entries(scratch)
+                _cli("podman", "manifest", "add", "--all", *tls, scratch, f"docker://{source}", missing_is_usage=True)
+                return [arch for digest, arch in _podman_entries(scratch).items() if digest not in before]
+
+            found = _by_architecture(target, sources, expected, platforms)
+            say(f"torchstack: joining {', '.join(f'{arch} ({found[arch]})' for arch in expected)} as {target}")
+            with tempfile.TemporaryDirectory(prefix="torchstack-manifest-") as work:
+                digest_file = Path(work) / "digest"
+                _cli("podman", "manifest", "push", "--all", *tls, "--digestfile", str(digest_file), scratch, f"docker://{target}")
+                pushed = digest_file.read_text() if digest_file.is_file() else ""
+        finally:
+            subprocess.run(["podman", "manifest", "rm", scratch], capture_output=True)
+    else:
+        insecure = ["--insecure"] if _loopback(host) else []  # as the engine: plain HTTP on loopback only
+
+        def platforms(source: str) -> list[str]:
+            answer = json.loads(_cli("docker", "manifest", "inspect", "--verbose", *insecure, source, missing_is_usage=True))
+            return [entry["Descriptor"]["platform"]["architecture"] for entry in (answer if isinstance(answer, list) else [answer])]
+
+        found = _by_architecture(target, sources, expected, platforms)
+        say(f"torchstack: joining {', '.join(f'{arch} ({found[arch]})' for arch in expected)} as {target}")
+        _cli("docker", "manifest", "create", "--amend", *insecure, target, *found.values())
+        pushed = _cli("docker", "manifest", "push", "--purge", *insecure, target)
+    digest = re.search(r"sha256:[0-9a-f]{64}", pushed)
+    if not digest:
+        raise PushFailed(f"{engine} manifest push {target} reported no digest: {pushed.strip()[:200]}")
+    return digest[0]
+
+
+def _by_architecture(target: str, sources: list[str], expected: dict[str, str],
+                     platforms: Callable[[str], list[str]]) -> dict[str, str]:  # fmt: skip
+    """Each expected architecture's source, from the Docker architecture of each image a source
+    names in the registry (`platforms`); refused in one line unless there is exactly one for each."""
+    host = target.split("/", 1)[0]
     wanted_by_docker = {docker_arch: name for name, docker_arch in expected.items()}
     found: dict[str, str] = {}
     for source in sources:
         if source.split("/", 1)[0] != host:
             raise UsageProblem(f"{source}: not in {host}, where {target} goes; push it there first")
-        for platform in _platforms(source, insecure):
+        for platform in platforms(source):
             arch = wanted_by_docker.get(platform)
             if arch is None:
                 raise UsageProblem(f"{source} is a {platform} image; asked for {', '.join(expected)} only (--arch)")
@@ -181,32 +235,29 @@ def join_architectures(target: str, sources: list[str], expected: dict[str, str]
     missing = [arch for arch in expected if arch not in found]
     if missing:
         raise UsageProblem(f"no image for {', '.join(missing)} among the sources; {target} was not made")
-    say(f"torchstack: joining {', '.join(f'{arch} ({found[arch]})' for arch in expected)} as {target}")
-    _docker("manifest", "create", "--amend", *insecure, target, *found.values())
-    pushed = _docker("manifest", "push", "--purge", *insecure, target)
-    digest = re.search(r"sha256:[0-9a-f]{64}", pushed)
-    if not digest:
-        raise PushFailed(f"docker manifest push {target} reported no digest: {pushed.strip()[:200]}")
-    return digest[0]
+    return found
 
 
-def _platforms(source: str, insecure: list[str]) -> list[str]:
-    """The Docker architecture of each image `source` names in its registry."""
-    answer = json.loads(_docker("manifest", "inspect", "--verbose", *insecure, source, missing_is_usage=True))
-    entries = answer if isinstance(answer, list) else [answer]
-    return [entry["Descriptor"]["platform"]["architecture"] for entry in entries]
+def _podman_entries(name: str) -> dict[str, str]:
+    """digest -> architecture of each image in Podman's local manifest list `name`."""
+    answer = json.loads(_cli("podman", "manifest", "inspect", name))
+    return {entry["digest"]: entry.get("platform", {}).get("architecture", "?") for entry in answer.get("manifests") or []}
 
 
-def _docker(*args: str, missing_is_usage: bool = False) -> str:
-    result = subprocess.run(["docker", *args], capture_output=True, text=True)
+def _cli(tool: str, *args: str, missing_is_usage: bool = False) -> str:
+    """Run the engine's CLI (docker or podman); its failure as one line."""
+    try:
+        result = subprocess.run([tool, *args], capture_output=True, text=True)
+    except FileNotFoundError:
+        raise PushFailed(f"`{tool} {args[0]}` is needed, and {tool}'s CLI is not installed") from None
     if result.returncode != 0:
         message = " ".join(result.stderr.split())[:300]
         if _AUTH.search(message):
-            host = args[-1].split("/", 1)[0]
-            raise PushFailed(f"docker {' '.join(args[:2])}: {message}; log in with `docker login {host}`")
+            host = args[-1].removeprefix("docker://").split("/", 1)[0]
+            raise PushFailed(f"{tool} {' '.join(args[:2])}: {message}; log in with `{tool} login {host}`")
         if missing_is_usage and re.search(r"no such manifest|not found|manifest unknown", message, re.IGNORECASE):
-            raise UsageProblem(f"{args[-1]}: not in the registry ({message})")
-        raise PushFailed(f"docker {' '.join(args[:2])} {args[-1]} failed: {message}")
+            raise UsageProblem(f"{args[-1].removeprefix('docker://')}: not in the registry ({message})")
+        raise PushFailed(f"{tool} {' '.join(args[:2])} {args[-1]} failed: {message}")
     return result.stdout
 
 

@@ -21,6 +21,8 @@ def pytest_addoption(parser):
     parser.addoption("--image", required=True, help="image to check")
     parser.addoption("--stage", default="final", help="stage to check the image as")
     parser.addoption("--backend", default=None, help="backend to expect (default: the image's label)")
+    parser.addoption("--engine", default="docker", choices=("docker", "podman"),
+                     help="the engine DOCKER_HOST names; testinfra runs commands through its CLI")
 
 
 @pytest.fixture(scope="session")
@@ -57,15 +59,20 @@ def container(image):
 
 
 @pytest.fixture(scope="session")
-def host(container):
-    """The container as root, to read anything in it."""
-    return testinfra.get_host(f"docker://root@{container.id}")
+def engine(request):
+    return request.config.getoption("--engine")
 
 
 @pytest.fixture(scope="session")
-def user_host(container):
+def host(container, engine):
+    """The container as root, to read anything in it."""
+    return testinfra.get_host(f"{engine}://root@{container.id}")
+
+
+@pytest.fixture(scope="session")
+def user_host(container, engine):
     """The container as its default user, the way people run it."""
-    return testinfra.get_host(f"docker://{container.id}")
+    return testinfra.get_host(f"{engine}://{container.id}")
 
 
 @pytest.fixture(scope="session")

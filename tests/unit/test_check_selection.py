@@ -6,6 +6,7 @@ import pytest
 
 from torchstack import checks
 from torchstack.checks import CHECKS, stage_lineage
+from torchstack.connection import Engine
 from torchstack.errors import UsageProblem
 
 
@@ -48,6 +49,9 @@ def test_a_torn_record_counts_as_no_pass(tmp_path, monkeypatch):
     assert [p.name for p in (tmp_path / "checks").iterdir()] == ["aa.json"]
 
 
+DOCKER = Engine("docker", "unix:///var/run/docker.sock", "the default")
+
+
 def selection_tree(tmp_path, monkeypatch):
     """A checks tree of two final-stage checks (one fails) and an image the engine would report:
     run_checks runs real pytest on it."""
@@ -55,7 +59,7 @@ def selection_tree(tmp_path, monkeypatch):
     (tree / "final").mkdir(parents=True)
     (tree / "conftest.py").write_text(
         "def pytest_addoption(parser):\n"
-        "    for name in ('--image', '--stage', '--backend'):\n"
+        "    for name in ('--image', '--stage', '--backend', '--engine'):\n"
         "        parser.addoption(name)\n"
     )
     (tree / "final" / "test_final.py").write_text("def test_passes(): pass\n\ndef test_fails(): assert False\n")
@@ -69,18 +73,18 @@ def selection_tree(tmp_path, monkeypatch):
 
 def test_a_selection_runs_only_the_named_checks_and_records_no_pass(catalog, tmp_path, monkeypatch):
     client = selection_tree(tmp_path, monkeypatch)
-    selected = checks.run_checks(client, catalog, "any", quiet=True, select="passes")
+    selected = checks.run_checks(client, DOCKER, catalog, "any", quiet=True, select="passes")
     assert selected.passed and selected.summary == "1 passed, 1 deselected", selected
     assert not (tmp_path / "cache" / "checks").exists(), "a selection vouches for the selected checks only"
-    assert not checks.run_checks(client, catalog, "any", quiet=True, select="fails").passed
+    assert not checks.run_checks(client, DOCKER, catalog, "any", quiet=True, select="fails").passed
     # Nor does a selection take an earlier pass of the whole set for its own.
     checks.remember_pass("sha256:aa", checks.checks_fingerprint("final", None), "2 passed")
-    assert not checks.run_checks(client, catalog, "any", quiet=True, reuse=True, select="fails").passed
+    assert not checks.run_checks(client, DOCKER, catalog, "any", quiet=True, reuse=True, select="fails").passed
 
 
 def test_a_selection_of_nothing_or_no_expression_is_a_usage_error(catalog, tmp_path, monkeypatch):
     client = selection_tree(tmp_path, monkeypatch)
     with pytest.raises(UsageProblem, match="-k 'no_such_check' selects none of the checks of a final image"):
-        checks.run_checks(client, catalog, "any", quiet=True, select="no_such_check")
+        checks.run_checks(client, DOCKER, catalog, "any", quiet=True, select="no_such_check")
     with pytest.raises(UsageProblem, match=r"^-k 'passes and \(': "):
-        checks.run_checks(client, catalog, "any", quiet=True, select="passes and (")
+        checks.run_checks(client, DOCKER, catalog, "any", quiet=True, select="passes and (")

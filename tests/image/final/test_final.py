@@ -53,7 +53,10 @@ ANY_USER = "123456:0"
 # no capabilities, no privilege escalation, no network. Its /tmp is what the pod mounts there.
 RESTRICTED = {"user": ANY_USER, "read_only": True, "cap_drop": ["ALL"], "security_opt": ["no-new-privileges"], "network_mode": "none"}
 EXEC_TMP = {"/tmp": "rw,exec"}  # an emptyDir, or docker run --tmpfs /tmp:rw,exec
-NOEXEC_TMP = {"/tmp": ""}  # docker run --tmpfs /tmp: Docker mounts it noexec
+NOEXEC_TMP = {"/tmp": "rw,noexec,nosuid,nodev"}  # docker run --tmpfs /tmp (Docker's default; Podman's allows exec)
+# What a read-only root leaves of /var/tmp in a pod: Podman's --read-only mounts writable tmpfs
+# folders there and at /tmp (its --read-only-tmpfs, which the API cannot turn off): these undo it.
+READ_ONLY_TEMP = {"/var/tmp": "ro"}
 # Eager mode, then torch.compile of the same model: where no folder allows running code, the first
 # works and the second ends with the start-up hook's one line (scripts/torchstack_startup.py).
 EAGER_THEN_COMPILE = """
@@ -325,35 +328,36 @@ class _Stream:
 
 
 @contextlib.contextmanager
-def _running(image, **options):
-    """A container of the image that sleeps, with docker run's `options`, as a testinfra host."""
+def _running(image, engine, **options):
+    """A container of the image that sleeps, with docker run's `options`, as a testinfra host
+    reached through the engine's CLI (docker or podman)."""
     options.setdefault("network_mode", "none")
     started = docker.from_env().containers.run(image, entrypoint=["sleep", "infinity"], detach=True, **options)
     try:
-        yield testinfra.get_host(f"docker://{started.id}")
+        yield testinfra.get_host(f"{engine}://{started.id}")
     finally:
         started.remove(force=True)
 
 
 @pytest.fixture(scope="session")
-def any_user_host(image):
+def any_user_host(image, engine):
     """A second container of the image, run as an arbitrary user id in group 0."""
-    with _running(image, user=ANY_USER) as started:
+    with _running(image, engine, user=ANY_USER) as started:
         yield started
 
 
 @pytest.fixture(scope="session")
-def restricted_pod(image):
-    with _running(image, tmpfs=EXEC_TMP, **RESTRICTED) as pod:
+def restricted_pod(image, engine):
+    with _running(image, engine, tmpfs=EXEC_TMP, **RESTRICTED) as pod:
         yield pod
 
 
 @pytest.fixture(scope="session")
-def one_cpu(image):
+def one_cpu(image, engine):
     """A container allowed one CPU's time (docker run --cpus=1: a CFS quota, as a Kubernetes CPU limit)."""
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("this host has one CPU: no limit below its cores to run under")
-    with _running(image, nano_cpus=10**9) as limited:
+    with _running(image, engine, nano_cpus=10**9) as limited:
         yield limited
 
 
@@ -378,11 +382,11 @@ def test_threads_follow_a_cpu_limit(one_cpu, ours):
     assert why.startswith("OMP_NUM_THREADS=1 from the CPU quota of 1 CPU (cgroup "), why
 
 
-def test_threads_follow_the_affinity_mask(image, ours):
+def test_threads_follow_the_affinity_mask(image, engine, ours):
     """docker run --cpuset-cpus=0: torch counts the CPUs it may run on; the hook leaves it so."""
     if ours["arch"] != host_arch():
         pytest.skip("torch's own count (the hook sets nothing here): checked on the native image")
-    with _running(image, cpuset_cpus="0") as pinned:
+    with _running(image, engine, cpuset_cpus="0") as pinned:
         count, why = _threads(pinned, ours)
     assert count == "1", f"{count} threads on one CPU ({why})"
     assert why == "1 CPU in the affinity mask, no CPU quota: torch's own choice", why
@@ -410,11 +414,11 @@ def _eager_then_compile(pod, ours) -> tuple[str, str]:
     return ran, scratch.stdout + scratch.stderr
 
 
-@pytest.mark.parametrize("tmp", [NOEXEC_TMP, None], ids=["noexec-tmp", "no-tmp"])
-def test_a_restricted_pod_without_an_exec_folder_runs_eager_and_says_what_compile_needs(image, ours, tmp):
+@pytest.mark.parametrize("tmp", [NOEXEC_TMP, {"/tmp": "ro"}], ids=["noexec-tmp", "no-tmp"])
+def test_a_restricted_pod_without_an_exec_folder_runs_eager_and_says_what_compile_needs(image, engine, ours, tmp):
     """A read-only root with Docker's noexec /tmp, or with no writable folder at all: eager mode
     runs; torch.compile (Inductor loads the kernels it compiles) ends with one line, no traceback."""
-    with _running(image, **RESTRICTED, **({"tmpfs": tmp} if tmp else {})) as pod:
+    with _running(image, engine, **RESTRICTED, tmpfs={**READ_ONLY_TEMP, **tmp}) as pod:
         ran, scratch = _eager_then_compile(pod, ours)
     if ran:
         assert ran.startswith("exit 1\neager ran\n") and "compiled" not in ran and "Traceback" not in ran, ran[-2500:]
@@ -422,10 +426,10 @@ def test_a_restricted_pod_without_an_exec_folder_runs_eager_and_says_what_compil
     assert "torch.compile scratch: /tmp: " in scratch and "/dev/shm: " in scratch, scratch
 
 
-def test_a_noexec_tmp_with_a_writable_home_compiles(image, ours):
+def test_a_noexec_tmp_with_a_writable_home_compiles(image, engine, ours):
     """docker run --tmpfs /tmp (noexec) as an arbitrary user, the root writable: Inductor's cache
     goes where its kernels can be loaded from."""
-    with _running(image, user=ANY_USER, tmpfs=NOEXEC_TMP) as pod:
+    with _running(image, engine, user=ANY_USER, tmpfs=NOEXEC_TMP) as pod:
         ran, scratch = _eager_then_compile(pod, ours)
     if ran:
         assert ran.startswith("exit 0\neager ran\ncompiled"), ran[-2500:]

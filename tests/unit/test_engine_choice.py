@@ -1,0 +1,150 @@
+"""Which engine the toolkit talks to, what Podman refuses, and the lines a missing engine gives."""
+
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+
+from torchstack import connection
+from torchstack.cli import make_cli
+from torchstack.connection import Engine, choose
+from torchstack.model import ROOT
+
+
+@pytest.fixture(scope="module")
+def cli(catalog):
+    return make_cli(catalog)
+
+
+def one_line(cli, args, env=None):
+    result = CliRunner().invoke(cli, args, env=env)
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("torchstack: error: "), result.output
+    return result.exit_code, lines[0]
+
+
+@pytest.fixture
+def sockets(tmp_path, monkeypatch):
+    """Docker's and root's Podman socket paths, in a folder the test decides is there or not."""
+    docker_socket, podman_socket = tmp_path / "docker.sock", tmp_path / "podman" / "podman.sock"
+    monkeypatch.setattr(connection, "DOCKER_SOCKET", docker_socket)
+    monkeypatch.setattr(connection, "PODMAN_ROOT_SOCKET", podman_socket)
+    podman_socket.parent.mkdir()
+    return docker_socket, podman_socket
+
+
+@pytest.mark.parametrize(
+    ("wanted", "environ", "present", "expected"),
+    [
+        # auto: DOCKER_HOST first (a Podman socket path names Podman), then CONTAINER_HOST, then the sockets
+        ("auto", {"DOCKER_HOST": "tcp://builder:2375"}, {"podman"}, ("docker", "tcp://builder:2375", "DOCKER_HOST")),
+        ("auto", {"DOCKER_HOST": "unix:///run/podman/podman.sock"}, set(), ("podman", "unix:///run/podman/podman.sock", "DOCKER_HOST")),
+        ("auto", {"CONTAINER_HOST": "unix:///tmp/p.sock"}, {"docker"}, ("podman", "unix:///tmp/p.sock", "CONTAINER_HOST")),
+        ("auto", {}, {"docker", "podman"}, ("docker", "unix://{docker}", "its socket is here")),
+        ("auto", {}, {"podman"}, ("podman", "unix://{podman}", "its socket is here, Docker's is not")),
+        ("auto", {}, set(), ("docker", "unix://{docker}", "the default")),
+        # asked for by name
+        ("docker", {}, {"podman"}, ("docker", "unix://{docker}", "--engine docker")),
+        ("podman", {}, {"docker"}, ("podman", "unix://{podman}", "--engine podman")),
+        ("podman", {"DOCKER_HOST": "unix:///x.sock"}, set(), ("podman", "unix:///x.sock", "--engine podman, DOCKER_HOST")),
+    ],
+)
+def test_the_engine_chosen_and_why(sockets, wanted, environ, present, expected):
+    docker_socket, podman_socket = sockets
+    for name, path in (("docker", docker_socket), ("podman", podman_socket)):
+        if name in present:
+            path.touch()
+    kind, url, why = expected
+    assert choose(wanted, environ, uid=0) == Engine(kind, url.format(docker=docker_socket, podman=podman_socket), why)
+
+
+def test_a_rootless_user_gets_podman_under_its_runtime_folder():
+    found = choose("podman", {"XDG_RUNTIME_DIR": "/run/user/1000"}, uid=1000)
+    assert found.url == "unix:///run/user/1000/podman/podman.sock"
+    assert choose("podman", {}, uid=1001).url == "unix:///run/user/1001/podman/podman.sock"
+
+
+@pytest.mark.parametrize(
+    ("version", "kind"),
+    [
+        ({"Components": [{"Name": "Podman Engine", "Version": "4.3.1"}], "Version": "4.3.1"}, "podman"),
+        ({"Components": [{"Name": "Engine", "Version": "20.10.24"}, {"Name": "containerd"}]}, "docker"),
+        ({"Version": "20.10.24"}, "docker"),
+    ],
+)
+def test_the_engine_says_what_it_is(version, kind):
+    assert connection.kind_of(version) == kind
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--builder", "buildx"], "--builder buildx needs BuildKit, which Podman does not have"),
+        (["--ccache-dir", "/tmp/cc"], "--ccache-dir moves BuildKit's compiler cache mount"),
+        (["--buildx-builder", "remote"], "--buildx-builder names a BuildKit builder"),
+    ],
+)
+def test_what_podman_cannot_do_is_refused_before_any_work(cli, args, message):
+    code, line = one_line(cli, ["--engine", "podman", "--dry-run", *args])
+    assert code == 2 and message in line
+
+
+def test_with_podman_the_builder_is_the_legacy_api_even_for_a_torch_compile(cli, monkeypatch):
+    monkeypatch.setattr("torchstack.engine.buildx_available", lambda: True)
+    result = CliRunner().invoke(cli, ["--engine", "podman", "--dry-run", "--release", "r26.11"])
+    assert result.exit_code == 0, result.output
+    assert "builder       docker\n" in result.output
+    assert "engine        podman at unix:///run/podman/podman.sock (--engine podman)" in result.output
+    docker_default = CliRunner().invoke(cli, ["--engine", "docker", "--dry-run", "--release", "r26.11"])
+    assert "builder       buildx" in docker_default.output
+
+
+def test_the_engine_comes_from_the_environment_too(cli):
+    result = CliRunner().invoke(cli, ["plan", "--release", "r26.11"], env={"TORCHSTACK_ENGINE": "podman"})
+    assert "engine        podman at" in result.output
+    code, line = one_line(cli, ["plan", "--engine", "rkt"])
+    assert code == 2 and "Invalid value for '--engine'" in line
+
+
+@pytest.mark.parametrize(
+    ("engine", "says"),
+    [
+        ("docker", ["no Docker engine answers at unix:///nonexistent/e.sock", "dockerd", "apt-get install docker.io",
+                    "scripts/setup-host.sh", "--engine podman"]),
+        ("podman", ["no Podman engine answers at unix:///nonexistent/e.sock", "podman system service --time=0",
+                    "apt-get install podman", "scripts/setup-host.sh --engine podman"]),
+    ],
+)  # fmt: skip
+def test_a_missing_engine_is_one_line_naming_how_to_get_one(cli, engine, says):
+    code, line = one_line(cli, ["test", "--engine", engine, "some-image"], env={"DOCKER_HOST": "unix:///nonexistent/e.sock"})
+    assert code == 1
+    for part in says:
+        assert part in line
+
+
+def test_an_engine_that_is_not_the_one_asked_for_is_one_line(monkeypatch):
+    class Client:
+        def __init__(self, base_url, timeout):
+            pass
+
+        def version(self):
+            return {"Components": [{"Name": "Podman Engine"}], "Version": "4.3.1"}
+
+    monkeypatch.setattr(connection.docker, "DockerClient", Client)
+    with pytest.raises(connection.UsageProblem, match="--engine docker, but the engine at unix:///x.sock is Podman 4.3.1"):
+        connection.connect(Engine("docker", "unix:///x.sock", "--engine docker, DOCKER_HOST"))
+    _, found = connection.connect(Engine("docker", "unix:///x.sock", "DOCKER_HOST"))
+    assert found == Engine("podman", "unix:///x.sock", "DOCKER_HOST; the engine says it is Podman")
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--engine", "rkt"], "setup-host: --engine rkt: valid: docker, podman"),
+        (["--engine"], "setup-host: --engine (none): valid: docker, podman"),
+        (["--frobnicate"], "setup-host: unknown argument --frobnicate (usage: scripts/setup-host.sh [--engine docker|podman])"),
+    ],
+)
+def test_setup_host_refuses_an_engine_it_does_not_know_before_touching_anything(args, says):
+    done = subprocess.run(["bash", "scripts/setup-host.sh", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr.strip()) == (2, "", says)

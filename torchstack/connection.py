@@ -1,0 +1,122 @@
+"""Which container engine the toolkit talks to, Docker's or Podman's, settled before any work.
+
+Where it answers, what kind it says it is, what it cannot do (refused in one line), and what to
+start or install when none answers."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+import docker.errors
+
+from torchstack.errors import EngineUnavailable, UsageProblem
+
+ENGINES = ("auto", "docker", "podman")
+DOCKER_SOCKET = Path("/var/run/docker.sock")
+PODMAN_ROOT_SOCKET = Path("/run/podman/podman.sock")  # `podman system service` as root, podman.socket's path
+SETUP = "scripts/setup-host.sh"
+
+
+@dataclass(frozen=True)
+class Engine:
+    kind: str  # docker | podman
+    url: str  # what the Docker SDK connects to: the engine's API socket
+    why: str  # how it was chosen, for the plan and the summary
+
+    def describe(self) -> str:
+        return f"{self.kind} at {self.url} ({self.why})"
+
+
+def podman_socket(environ: Mapping[str, str], uid: int) -> Path:
+    """Where `podman system service` (or systemd's podman.socket) listens: root's, or a rootless
+    user's under $XDG_RUNTIME_DIR."""
+    if uid == 0:
+        return PODMAN_ROOT_SOCKET
+    runtime = environ.get("XDG_RUNTIME_DIR") or f"/run/user/{uid}"
+    return Path(runtime) / "podman" / "podman.sock"
+
+
+def choose(wanted: str, environ: Mapping[str, str] | None = None, uid: int | None = None) -> Engine:
+    """The engine `--engine` asks for; with auto, DOCKER_HOST's engine, else Podman's CONTAINER_HOST,
+    else Docker's socket if present, else Podman's, else Docker's (which then says how to start one).
+    The kind is confirmed when the engine answers (connect)."""
+    environ = os.environ if environ is None else environ
+    uid = os.getuid() if uid is None else uid
+    docker_host, container_host = environ.get("DOCKER_HOST"), environ.get("CONTAINER_HOST")
+    podman_url = f"unix://{podman_socket(environ, uid)}"
+    if wanted not in ENGINES:
+        raise UsageProblem(f"--engine {wanted!r}: valid: {', '.join(ENGINES)}")
+    if wanted == "docker":
+        return Engine("docker", docker_host or f"unix://{DOCKER_SOCKET}", "--engine docker" + (", DOCKER_HOST" if docker_host else ""))
+    if wanted == "podman":
+        if container_host:
+            return Engine("podman", container_host, "--engine podman, CONTAINER_HOST")
+        if docker_host:
+            return Engine("podman", docker_host, "--engine podman, DOCKER_HOST")
+        return Engine("podman", podman_url, "--engine podman")
+    if docker_host:
+        return Engine("podman" if "podman" in docker_host else "docker", docker_host, "DOCKER_HOST")
+    if container_host:
+        return Engine("podman", container_host, "CONTAINER_HOST")
+    if Path(DOCKER_SOCKET).exists() or not Path(podman_url.removeprefix("unix://")).exists():
+        return Engine("docker", f"unix://{DOCKER_SOCKET}", "its socket is here" if Path(DOCKER_SOCKET).exists() else "the default")
+    return Engine("podman", podman_url, "its socket is here, Docker's is not")
+
+
+def kind_of(version: dict) -> str:
+    """podman or docker, from the engine's answer to /version (Podman names itself in Components)."""
+    names = [str(c.get("Name", "")) for c in version.get("Components") or []]
+    return "podman" if any("podman" in name.lower() for name in names) else "docker"
+
+
+def connect(chosen: Engine) -> tuple[docker.DockerClient, Engine]:
+    """A client for the chosen engine, and the engine as it says it is; or one clear error naming
+    what to start or install."""
+    try:
+        client = docker.DockerClient(base_url=chosen.url, timeout=600)
+        version = client.version()
+    except (docker.errors.DockerException, OSError) as exc:
+        raise EngineUnavailable(unreachable(chosen, exc)) from None
+    kind = kind_of(version)
+    if kind != chosen.kind:
+        if chosen.why.startswith("--engine"):
+            raise UsageProblem(f"--engine {chosen.kind}, but the engine at {chosen.url} is {kind.capitalize()} "
+                               f"{version.get('Version', '')}: point DOCKER_HOST at a {chosen.kind} engine, or drop --engine")  # fmt: skip
+        chosen = Engine(kind, chosen.url, f"{chosen.why}; the engine says it is {kind.capitalize()}")
+    return client, chosen
+
+
+def unreachable(chosen: Engine, exc: Exception) -> str:
+    reason = str(exc).split("(")[0].strip() or type(exc).__name__
+    if chosen.kind == "podman":
+        return (f"no Podman engine answers at {chosen.url} ({reason}); start its API service with "
+                f"`podman system service --time=0 {chosen.url} &` or `systemctl start podman.socket` "
+                f"(apt-get install podman, dnf install podman), or run {SETUP} --engine podman")  # fmt: skip
+    return (f"no Docker engine answers at {chosen.url} ({reason}); start one with `sudo dockerd &` or "
+            f"`sudo systemctl start docker` (apt-get install docker.io), or run {SETUP}; "
+            "on a host with Podman, use --engine podman")  # fmt: skip
+
+
+# What needs BuildKit or Docker's builder, which Podman's build API (buildah behind Docker's
+# legacy endpoint) does not have: refused before any work.
+PODMAN_REFUSES = {
+    "builder": "--builder buildx needs BuildKit, which Podman does not have; with Podman every stage "
+    "builds on its legacy-API builder (buildah): drop --builder buildx",
+    "buildx_builder": "--buildx-builder names a BuildKit builder, which Podman does not have: drop it",
+    "ccache_dir": "--ccache-dir moves BuildKit's compiler cache mount, which Podman's builder does not have: "
+    "drop it (Podman reuses unchanged steps from its own cache, as Docker's legacy builder does)",
+}
+
+
+def refuse_for(kind: str, options: Mapping[str, object]) -> None:
+    """One line, before any work, for an option the engine cannot carry out."""
+    if kind != "podman":
+        return
+    for option, why in PODMAN_REFUSES.items():
+        value = options.get(option)
+        if value and not (option == "builder" and value != "buildx"):
+            raise UsageProblem(why)
