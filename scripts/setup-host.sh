@@ -1,10 +1,24 @@
 #!/usr/bin/env bash
-# Prepare a Debian/Ubuntu build host, as root: the Docker engine, mmdebstrap (to bootstrap the
+# Prepare a Debian/Ubuntu build host, as root: the container engine, mmdebstrap (to bootstrap the
 # base OS image without a registry), qemu-user-static with binfmt (to build other
 # architectures), and torchstack's Python dependencies. Says what it does; skips what is there.
+#   --engine docker (the default): the Docker engine, buildx, and what the tests need besides
+#     (a registry server; Podman, whose service the tests start on sockets of their own);
+#   --engine podman: Podman and its API service instead, for a host without Docker.
 set -euo pipefail
 
 say() { echo "setup-host: $*"; }
+
+engine=docker
+while (($#)); do
+    case $1 in
+        --engine) engine=${2:-}; shift 2 || shift ;;
+        --engine=*) engine=${1#--engine=}; shift ;;
+        *) echo "setup-host: unknown argument $1 (usage: $0 [--engine docker|podman])" >&2; exit 2 ;;
+    esac
+done
+[[ $engine == docker || $engine == podman ]] \
+    || { echo "setup-host: --engine ${engine:-(none)}: valid: docker, podman" >&2; exit 2; }
 
 if [[ $(id -u) -ne 0 ]]; then
     echo "setup-host: run as root (sudo $0)" >&2
@@ -18,12 +32,14 @@ fi
 #     --no-install-recommends would leave it out);
 #   emulated arm64, s390x (or x86_64) builds: qemu-user-static and binfmt-support;
 #   fetching buildx and sources: curl, gpgv, xz-utils, ca-certificates;
-#   the engine tests' second engine, which gets a bridge of its own: iproute2.
+#   the engine tests' second engine, which gets a bridge of its own: iproute2;
+#   Podman (--engine podman, and the tests of it): podman, with runc (crun, which Podman prefers,
+#     cannot run on a host with hybrid cgroups) and uidmap (newuidmap, for rootless users).
 missing=()
 installed() { dpkg-query -W -f '${Status}' "$1" 2> /dev/null | grep -q '^install ok installed$'; }
-command -v dockerd > /dev/null || missing+=(docker.io)
+[[ $engine == podman ]] || command -v dockerd > /dev/null || missing+=(docker.io)
 for package in mmdebstrap debian-archive-keyring arch-test qemu-user-static binfmt-support \
-    curl gpgv xz-utils ca-certificates iproute2; do
+    curl gpgv xz-utils ca-certificates iproute2 podman runc uidmap; do
     installed "$package" || missing+=("$package")
 done
 if ((${#missing[@]})); then
@@ -31,7 +47,7 @@ if ((${#missing[@]})); then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" > /dev/null
 else
-    say "the Docker engine, mmdebstrap, arch-test, qemu-user-static and binfmt-support are installed"
+    say "the engines, mmdebstrap, arch-test, qemu-user-static and binfmt-support are installed"
 fi
 
 # qemu for every architecture torchstack builds (torchstack/data/platforms.yaml) but this host's,
@@ -76,52 +92,112 @@ install_buildx_from_trixie() {
     install -D -m 0755 "$work/root/usr/libexec/docker/cli-plugins/docker-buildx" /usr/libexec/docker/cli-plugins/docker-buildx
     rm -rf "$work"
 }
-if docker buildx version > /dev/null 2>&1; then
-    say "docker buildx is installed"
-elif apt-cache show docker-buildx > /dev/null 2>&1; then
-    say "installing docker-buildx"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-buildx > /dev/null
-else
-    say "installing docker buildx from Debian trixie's docker-buildx package (signature and checksums verified)"
-    install_buildx_from_trixie
-fi
+# Podman, as this host lets it run (every setting written says why; none is needed on RHEL):
+# - its default open-files and processes limits for containers (nofile 1048576) exceed this
+#   host's hard limits, which it cannot raise without CAP_SYS_RESOURCE: runc then refuses every
+#   container ("error setting rlimit"). Containers get the host's hard limits instead.
+# - with hybrid cgroups (v1 with a v2 "unified" tree) crun cannot run containers: runc can.
+# - without a usable fuse-overlayfs a rootless user's storage falls back to vfs, a full copy of
+#   the image per layer; kernels from 5.13 on mount overlay for rootless users themselves.
+configure_podman() {
+    local dropin=/etc/containers/containers.conf.d/torchstack.conf settings=() nofile nproc pid_max
+    nofile=$(ulimit -Hn) nproc=$(ulimit -Hu) pid_max=$(cat /proc/sys/kernel/pid_max)
+    [[ $nproc == unlimited || $nproc -gt $pid_max ]] && nproc=$pid_max
+    if [[ $nofile != unlimited && $nofile -lt 1048576 ]]; then
+        settings+=("[containers]" "# this host's hard limits: Podman's defaults (nofile=1048576) exceed them, and runc refuses"
+            "default_ulimits = [\"nofile=$nofile:$nofile\", \"nproc=$nproc:$nproc\"]")
+    fi
+    if [[ -d /sys/fs/cgroup/unified ]] && command -v runc > /dev/null; then
+        settings+=("[engine]" "# hybrid cgroups here, where crun cannot run containers" "runtime = \"runc\"")
+    fi
+    if ((${#settings[@]})); then
+        mkdir -p "${dropin%/*}"
+        printf '%s\n' "# written by torchstack's scripts/setup-host.sh" "${settings[@]}" > "$dropin.new"
+        if ! cmp -s "$dropin.new" "$dropin"; then
+            mv "$dropin.new" "$dropin"
+            say "Podman: $dropin sets what this host needs (container limits at the host's hard limits; runc with hybrid cgroups)"
+        else
+            rm "$dropin.new"
+        fi
+    fi
+    if [[ ! -e /etc/containers/storage.conf ]] && [[ $(uname -r | awk -F. '{print ($1 > 5 || ($1 == 5 && $2 >= 13))}') == 1 ]]; then
+        printf '%s\n' "# written by torchstack's scripts/setup-host.sh: rootless users mount overlay themselves" \
+            "# (kernel 5.13 and later) instead of falling back to vfs; root's folders are Podman's defaults" \
+            "[storage]" 'driver = "overlay"' 'runroot = "/run/containers/storage"' \
+            'graphroot = "/var/lib/containers/storage"' > /etc/containers/storage.conf
+        say "Podman: /etc/containers/storage.conf gives rootless users overlay storage, not vfs"
+    fi
+}
+configure_podman
 
-# A registry server for the tests of --push and `manifest` (they start their own, on loopback).
-# Installed without starting or enabling the package's own service on port 5000.
-if ! installed docker-registry; then
-    say "installing docker-registry (for the tests; its own service stays off)"
-    policy=/usr/sbin/policy-rc.d ours=
-    if [[ ! -e $policy ]]; then
-        printf '#!/bin/sh\nexit 101\n' > "$policy"
-        chmod +x "$policy"
-        ours=1
-        trap 'rm -f "$policy"' EXIT
-    fi
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-registry > /dev/null
-    if [[ -n $ours ]]; then
-        rm -f "$policy"
-        trap - EXIT
-    fi
-    if command -v systemctl > /dev/null && systemctl is-system-running > /dev/null 2>&1; then
-        systemctl disable --now docker-registry > /dev/null 2>&1 || true
-    fi
-fi
-
-if docker info > /dev/null 2>&1; then
-    say "the Docker engine is running"
-else
-    say "starting the Docker engine (log: /var/log/torchstack-dockerd.log)"
-    if command -v systemctl > /dev/null && systemctl is-system-running > /dev/null 2>&1; then
-        systemctl start docker
+if [[ $engine == podman ]]; then
+    socket=/run/podman/podman.sock
+    if curl -fsS --unix-socket "$socket" http://podman/_ping > /dev/null 2>&1; then
+        say "Podman's API service answers on $socket"
     else
-        nohup dockerd > /var/log/torchstack-dockerd.log 2>&1 &
+        say "starting Podman's API service on $socket (log: /var/log/torchstack-podman.log)"
+        if command -v systemctl > /dev/null && systemctl is-system-running > /dev/null 2>&1; then
+            systemctl enable --now podman.socket
+        else
+            mkdir -p "${socket%/*}"
+            nohup podman system service --time=0 "unix://$socket" > /var/log/torchstack-podman.log 2>&1 &
+        fi
+        for _ in $(seq 60); do
+            curl -fsS --unix-socket "$socket" http://podman/_ping > /dev/null 2>&1 && break
+            sleep 1
+        done
+        curl -fsS --unix-socket "$socket" http://podman/_ping > /dev/null 2>&1 \
+            || { echo "setup-host: Podman's API service did not start; see /var/log/torchstack-podman.log" >&2; exit 1; }
     fi
-    for _ in $(seq 60); do
-        docker info > /dev/null 2>&1 && break
-        sleep 1
-    done
-    docker info > /dev/null 2>&1 || { echo "setup-host: the Docker engine did not start; see /var/log/torchstack-dockerd.log" >&2; exit 1; }
+else
+    if docker buildx version > /dev/null 2>&1; then
+        say "docker buildx is installed"
+    elif apt-cache show docker-buildx > /dev/null 2>&1; then
+        say "installing docker-buildx"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-buildx > /dev/null
+    else
+        say "installing docker buildx from Debian trixie's docker-buildx package (signature and checksums verified)"
+        install_buildx_from_trixie
+    fi
+
+    # A registry server for the tests of --push and `manifest` (they start their own, on loopback).
+    # Installed without starting or enabling the package's own service on port 5000.
+    if ! installed docker-registry; then
+        say "installing docker-registry (for the tests; its own service stays off)"
+        policy=/usr/sbin/policy-rc.d ours=
+        if [[ ! -e $policy ]]; then
+            printf '#!/bin/sh\nexit 101\n' > "$policy"
+            chmod +x "$policy"
+            ours=1
+            trap 'rm -f "$policy"' EXIT
+        fi
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-registry > /dev/null
+        if [[ -n $ours ]]; then
+            rm -f "$policy"
+            trap - EXIT
+        fi
+        if command -v systemctl > /dev/null && systemctl is-system-running > /dev/null 2>&1; then
+            systemctl disable --now docker-registry > /dev/null 2>&1 || true
+        fi
+    fi
+
+    if docker info > /dev/null 2>&1; then
+        say "the Docker engine is running"
+    else
+        say "starting the Docker engine (log: /var/log/torchstack-dockerd.log)"
+        if command -v systemctl > /dev/null && systemctl is-system-running > /dev/null 2>&1; then
+            systemctl start docker
+        else
+            nohup dockerd > /var/log/torchstack-dockerd.log 2>&1 &
+        fi
+        for _ in $(seq 60); do
+            docker info > /dev/null 2>&1 && break
+            sleep 1
+        done
+        docker info > /dev/null 2>&1 || { echo "setup-host: the Docker engine did not start; see /var/log/torchstack-dockerd.log" >&2; exit 1; }
+    fi
+
 fi
 
 say "installing torchstack and its Python dependencies (pip install -e .[dev])"
