@@ -308,3 +308,58 @@ def second_engine() -> Iterator[str]:
         subprocess.run([ip, "link", "delete", bridge], capture_output=True)
         subprocess.run(["umount", "-R", str(folder / "data")], capture_output=True)  # only if the engine left mounts
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def podman_engine(registry: str) -> Iterator[dict]:
+    """An empty Podman engine, as a new Podman-only host's: its API service on a socket of its own,
+    its storage in a folder of its own (the host's own Podman images stay untouched), the loopback
+    registry reachable over plain HTTP (a registries.conf of its own). The host's containers.conf,
+    as scripts/setup-host.sh wrote it, applies. Yields the environment that points `build.py
+    --engine podman` at it: the SDK through CONTAINER_HOST, and the podman CLI (testinfra's, the
+    test's) as a client of the same socket; stopped and its storage removed afterwards."""
+    podman = shutil.which("podman")
+    if not podman:
+        pytest.fail("podman is missing: run scripts/setup-host.sh")
+    folder = Path(tempfile.mkdtemp(prefix="tsp-", dir="/var/tmp"))  # overlay storage: not on a tmpfs
+    (folder / "storage.conf").write_text(
+        f'[storage]\ndriver = "overlay"\ngraphroot = "{folder}/root"\nrunroot = "{folder}/run"\n'
+    )
+    (folder / "registries.conf").write_text(f'[[registry]]\nlocation = "{registry}"\ninsecure = true\n')
+    env = {"CONTAINERS_STORAGE_CONF": str(folder / "storage.conf"), "CONTAINERS_REGISTRIES_CONF": str(folder / "registries.conf"),
+           "CONTAINER_HOST": f"unix://{folder}/podman.sock"}  # fmt: skip
+    log = open(folder / "podman.log", "w")
+    # Not given CONTAINER_HOST itself: with it, podman is a client of that socket (its --remote).
+    own = {k: v for k, v in os.environ.items() if k not in ("CONTAINER_HOST", "DOCKER_HOST")}
+    service = subprocess.Popen([podman, "system", "service", "--time=0", env["CONTAINER_HOST"]],
+                               env={**own, **{k: v for k, v in env.items() if k != "CONTAINER_HOST"}},
+                               stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        for _ in range(60):
+            if service.poll() is not None:
+                pytest.fail(f"Podman's service stopped at once:\n{(folder / 'podman.log').read_text()[-3000:]}")
+            with contextlib.suppress(docker.errors.DockerException):
+                docker.DockerClient(base_url=env["CONTAINER_HOST"]).ping()
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"Podman's service did not answer:\n{(folder / 'podman.log').read_text()[-3000:]}")
+        yield env
+    finally:
+        service.terminate()
+        try:
+            service.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            service.kill()
+            service.wait()
+        log.close()
+        subprocess.run(["umount", "-R", str(folder / "root" / "overlay")], capture_output=True)  # only if one stayed
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def arm64_pushed(arm64_build, registry) -> str:
+    """The emulated arm64 image in the loopback registry, pushed by the Docker engine once per session."""
+    sent = run_build_py(*ARM64_ARGS, "--push", "--registry", f"{registry}/ml", "--quiet")
+    assert sent.returncode == 0, sent.stdout[-3000:] + sent.stderr[-3000:]
+    return f"{registry}/ml/torchstack:{arm64_build['release_tag']}"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine.conftest import ARM64_ARGS, X86_ARGS, free_port, run_build_py, running_registry, untag, x86_wheelhouse
+from tests.engine.conftest import X86_ARGS, free_port, run_build_py, running_registry, untag, x86_wheelhouse
 
 pytestmark = pytest.mark.engine
 
@@ -103,12 +103,9 @@ def test_a_registry_that_does_not_answer_is_tried_again_then_one_line(client, x8
 
 
 @pytest.mark.emulated
-def test_manifest_joins_the_x86_64_and_the_emulated_arm64_image(client, x86_build, arm64_build, registry, pushed):
+def test_manifest_joins_the_x86_64_and_the_emulated_arm64_image(client, x86_build, arm64_build, arm64_pushed, registry, pushed):
     """The two images CI builds, one multi-architecture tag; refused while an architecture is missing."""
-    sent = run_build_py(*ARM64_ARGS, "--push", "--registry", f"{registry}/ml", "--quiet")
-    assert sent.returncode == 0, sent.stdout[-3000:] + sent.stderr[-3000:]
-    x86 = pushed[0]["pushed"][-1]["reference"]
-    arm64 = f"{registry}/ml/torchstack:{arm64_build['release_tag']}"
+    x86, arm64 = pushed[0]["pushed"][-1]["reference"], arm64_pushed
     target = f"{registry}/ml/torchstack:r26.11-multiarch"
     both = ["--arch", "x86_64", "--arch", "aarch64"]
 

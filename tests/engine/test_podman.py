@@ -1,0 +1,135 @@
+"""Podman as the only engine: the README's build on an empty Podman engine, its checks through
+Podman, a push to the loopback registry and a pull back, a multi-architecture tag, and the image
+run by a rootless user. The earlier stages come from what the Docker chain pushed (--cache-from:
+Podman takes them under their content names); the final stage is built by Podman."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import urllib.request
+import uuid
+
+import docker
+import pytest
+
+from tests.engine.conftest import X86_ARGS, podman_engine, run_build_py, x86_wheelhouse
+
+pytestmark = pytest.mark.engine
+
+# The checks that take a minute together and read only the image's content: they ran on this
+# image ID, through Podman, when it was built (as test_registry's pulled-image check skips them).
+SLOW = ("every_example", "torch_compile", "ca_bundles", "threads", "restricted_pod", "noexec_tmp")
+
+
+@pytest.fixture(scope="module")
+def podman(registry):
+    with podman_engine(registry) as env:
+        yield env
+
+
+def podman_cli(env: dict, *args: str) -> subprocess.CompletedProcess:
+    """Podman's CLI as root, on the test's Podman engine (`env`: its storage and registries)."""
+    return subprocess.run(["podman", *args], env={**os.environ, **env}, capture_output=True, text=True, timeout=900)
+
+
+def rootless_podman(user: str, *args: str) -> subprocess.CompletedProcess:
+    """Podman's CLI as `user`, in its home, on its own storage; nothing of root's engine set."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "CONTAINER", "DOCKER_"))}
+    home = pwd.getpwnam(user).pw_dir
+    return subprocess.run(["runuser", "-u", user, "--", "podman", *args], env={**env, "HOME": home, "USER": user},
+                          cwd=home, capture_output=True, text=True, timeout=900)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def podman_build(podman, pushed, registry, tmp_path_factory):
+    """The README's build with `--engine podman`, starting from the stages the Docker chain pushed,
+    checked through Podman and pushed; its JSON summary, with the build's output as `output`."""
+    summary = tmp_path_factory.mktemp("podman") / "summary.json"
+    result = run_build_py("--engine", "podman", *X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--json", str(summary),
+                          "--recheck", "--cache-from", f"{registry}/ml", "--push", "--registry", f"{registry}/podman",
+                          env=podman)  # fmt: skip
+    assert result.returncode == 0, f"the Podman build failed:\n{result.stdout[-4000:]}{result.stderr[-3000:]}"
+    return {**json.loads(summary.read_text()), "output": result.stdout + result.stderr}
+
+
+def test_podman_builds_the_readme_image_checks_it_and_pushes_it(client, x86_build, podman, podman_build, registry):
+    assert podman_build["engine"] == {"kind": "podman", "url": podman["CONTAINER_HOST"], "chosen_by": "--engine podman, CONTAINER_HOST"}
+    assert f"torchstack: engine podman at {podman['CONTAINER_HOST']}" in podman_build["output"]
+    status = {s["stage"]: s["status"] for s in podman_build["stages"]}
+    assert status == {"base": "pulled", "libs": "pulled", "tools": "pulled", "dev": "pulled", "final": "built"}, status
+    assert "failed" not in podman_build["checks"] and "passed" in podman_build["checks"], podman_build["checks"]
+    # The release image is Podman's own build: the Docker chain's image of the same name is another.
+    released = docker.DockerClient(base_url=podman["CONTAINER_HOST"]).images.get(podman_build["final_image"])
+    assert released.labels["io.torchstack.build-info"] == client.images.get(x86_build["final_image"]).labels["io.torchstack.build-info"]
+    assert released.id != client.images.get(x86_build["final_image"]).id
+    sent = podman_build["pushed"][-1]
+    assert sent["reference"] == f"{registry}/podman/{podman_build['final_image']}" and sent["digest"].startswith("sha256:")
+
+
+def test_the_pulled_image_is_the_checked_one_and_passes_its_checks(podman, podman_build):
+    reference = podman_build["pushed"][-1]["reference"]
+    client = docker.DockerClient(base_url=podman["CONTAINER_HOST"])
+    checked = client.images.get(podman_build["final_image"]).id
+    client.images.remove(reference)  # only the name: the release tag stays
+    pulled = podman_cli(podman, "pull", reference)
+    assert pulled.returncode == 0, pulled.stderr
+    assert client.images.get(reference).id == checked
+    tested = run_build_py("test", "--engine", "podman", reference, "-k", " and ".join(f"not {n}" for n in SLOW), env=podman)
+    assert tested.returncode == 0 and "passed" in tested.stdout, tested.stdout[-3000:] + tested.stderr[-3000:]
+    shown = run_build_py("inspect", "--engine", "podman", reference, env=podman)
+    assert shown.returncode == 0 and f"release tag   {podman_build['release_tag']}\n" in shown.stdout, shown.stderr[-2000:]
+
+
+@pytest.mark.emulated
+def test_podman_joins_the_architectures_in_one_tag(podman, podman_build, arm64_pushed, registry):
+    x86 = podman_build["pushed"][-1]["reference"]
+    target = f"{registry}/podman/torchstack:r26.11-multiarch"
+    both = ["--arch", "x86_64", "--arch", "aarch64"]
+    refused = run_build_py("manifest", "--engine", "podman", target, x86, *both, env=podman)
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        f"torchstack: error: no image for aarch64 among the sources; {target} was not made"
+    ], refused.stderr
+    made = run_build_py("manifest", "--engine", "podman", target, x86, arm64_pushed, *both, env=podman)
+    assert made.returncode == 0, made.stderr[-3000:]
+    request = urllib.request.Request(f"http://{registry}/v2/podman/torchstack/manifests/r26.11-multiarch", headers={
+        "Accept": "application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.oci.image.index.v1+json"})  # fmt: skip
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        listed = json.load(answer)
+    assert sorted(m["platform"]["architecture"] for m in listed["manifests"]) == ["amd64", "arm64"]
+    assert made.stdout.strip() == f"{target}@{made.stdout.strip().rpartition('@')[2]}"
+    assert "torchstack-manifest-" not in podman_cli(podman, "images", "--format", "{{.Repository}}").stdout
+
+
+@pytest.fixture(scope="module")
+def rootless_user():
+    """A host user without privileges (subordinate ids from useradd), removed afterwards with
+    its home, where its Podman keeps its images, and its Podman's pause process."""
+    name = f"tsrl{uuid.uuid4().hex[:8]}"
+    subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", name], check=True, capture_output=True)
+    uid = pwd.getpwnam(name).pw_uid
+    try:
+        assert any(line.startswith(f"{name}:") for line in open("/etc/subuid")), "useradd gave no subordinate uids"
+        yield name
+    finally:
+        subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
+        subprocess.run(["userdel", "--remove", name], capture_output=True)
+        shutil.rmtree(f"/tmp/podman-run-{uid}", ignore_errors=True)
+        shutil.rmtree(f"/tmp/containers-user-{uid}", ignore_errors=True)
+
+
+@pytest.mark.parametrize("user", [["--userns=keep-id"], ["--user", "54321:0"]], ids=["keep-id", "random-uid"])
+def test_a_rootless_user_runs_torch_compile(podman_build, rootless_user, user):
+    """Rootless Podman, as a host user without privileges: its own storage, the image pulled from
+    the registry, run with the user's own id in the container (keep-id) or an arbitrary one."""
+    reference = podman_build["pushed"][-1]["reference"]
+    if rootless_podman(rootless_user, "image", "exists", reference).returncode != 0:
+        pulled = rootless_podman(rootless_user, "pull", "--tls-verify=false", reference)
+        assert pulled.returncode == 0, pulled.stderr[-3000:]
+    ran = rootless_podman(rootless_user, "run", "--rm", "--network", "none", *user, reference,
+                          "python3", "/opt/torchstack/examples/compile.py")  # fmt: skip
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-3000:]
+    assert "torch.compile of a ResNet-style model" in ran.stdout and "matches eager mode" in ran.stdout, ran.stdout
