@@ -264,6 +264,35 @@ def pushed(client, x86_build, registry, tmp_path_factory):
     untag(client, f"{registry}/")
 
 
+def wait_for_engine(process: subprocess.Popen, url: str, log: Path, name: str) -> None:
+    """Until the engine `process` started answers on `url` (a minute at most); else fail with its log."""
+    for _ in range(120):
+        if process.poll() is not None:
+            pytest.fail(f"{name} stopped at once:\n{log.read_text()[-3000:]}")
+        with contextlib.suppress(docker.errors.DockerException):
+            docker.DockerClient(base_url=url).ping()
+            return
+        time.sleep(0.5)
+    pytest.fail(f"{name} did not answer:\n{log.read_text()[-3000:]}")
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def listed_architectures(registry: str, repository: str, tag: str) -> list[str]:
+    """The architectures of a multi-architecture tag, as the registry lists them."""
+    request = urllib.request.Request(f"http://{registry}/v2/{repository}/manifests/{tag}", headers={
+        "Accept": "application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.oci.image.index.v1+json"})  # fmt: skip
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return sorted(m["platform"]["architecture"] for m in json.load(answer)["manifests"])
+
+
 @contextlib.contextmanager
 def second_engine() -> Iterator[str]:
     """Another Docker engine on this machine, empty, as a new CI runner's: its own data root, exec
@@ -287,23 +316,10 @@ def second_engine() -> Iterator[str]:
     daemon = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     host = f"unix://{socket_path}"
     try:
-        for _ in range(120):
-            if daemon.poll() is not None:
-                pytest.fail(f"the second engine stopped at once:\n{(folder / 'dockerd.log').read_text()[-3000:]}")
-            with contextlib.suppress(docker.errors.DockerException):
-                docker.DockerClient(base_url=host).ping()
-                break
-            time.sleep(0.5)
-        else:
-            pytest.fail(f"the second engine did not answer:\n{(folder / 'dockerd.log').read_text()[-3000:]}")
+        wait_for_engine(daemon, host, folder / "dockerd.log", "the second engine")
         yield host
     finally:
-        daemon.terminate()
-        try:
-            daemon.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait()
+        stop(daemon)
         log.close()
         subprocess.run([ip, "link", "delete", bridge], capture_output=True)
         subprocess.run(["umount", "-R", str(folder / "data")], capture_output=True)  # only if the engine left mounts
@@ -335,23 +351,10 @@ def podman_engine(registry: str) -> Iterator[dict]:
                                env={**own, **{k: v for k, v in env.items() if k != "CONTAINER_HOST"}},
                                stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
     try:
-        for _ in range(60):
-            if service.poll() is not None:
-                pytest.fail(f"Podman's service stopped at once:\n{(folder / 'podman.log').read_text()[-3000:]}")
-            with contextlib.suppress(docker.errors.DockerException):
-                docker.DockerClient(base_url=env["CONTAINER_HOST"]).ping()
-                break
-            time.sleep(0.5)
-        else:
-            pytest.fail(f"Podman's service did not answer:\n{(folder / 'podman.log').read_text()[-3000:]}")
+        wait_for_engine(service, env["CONTAINER_HOST"], folder / "podman.log", "Podman's service")
         yield env
     finally:
-        service.terminate()
-        try:
-            service.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            service.kill()
-            service.wait()
+        stop(service)
         log.close()
         subprocess.run(["umount", "-R", str(folder / "root" / "overlay")], capture_output=True)  # only if one stayed
         shutil.rmtree(folder, ignore_errors=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine.conftest import X86_ARGS, free_port, run_build_py, running_registry, untag, x86_wheelhouse
+from tests.engine.conftest import X86_ARGS, free_port, listed_architectures, run_build_py, running_registry, untag, x86_wheelhouse
 
 pytestmark = pytest.mark.engine
 
@@ -119,11 +119,7 @@ def test_manifest_joins_the_x86_64_and_the_emulated_arm64_image(client, x86_buil
 
     made = run_build_py("manifest", target, x86, arm64, *both)
     assert made.returncode == 0, made.stderr[-3000:]
-    request = urllib.request.Request(f"http://{registry}/v2/ml/torchstack/manifests/r26.11-multiarch", headers={
-        "Accept": "application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.oci.image.index.v1+json"})  # fmt: skip
-    with urllib.request.urlopen(request, timeout=10) as answer:
-        listed = json.load(answer)
-    assert sorted(m["platform"]["architecture"] for m in listed["manifests"]) == ["amd64", "arm64"]
+    assert listed_architectures(registry, "ml/torchstack", "r26.11-multiarch") == ["amd64", "arm64"]
     # Pulled for arm64, the tag gives the arm64 image itself.
     client.images.remove(arm64)
     pulled = subprocess.run(["docker", "pull", "--platform", "linux/arm64", target], capture_output=True, text=True, timeout=900)
