@@ -129,8 +129,10 @@ def run_checks(
         command += ["--backend", backend]
     if select:
         command += ["-k", select]
-    # The checks reach the same engine: the SDK through DOCKER_HOST, testinfra through its CLI.
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "DOCKER_HOST": engine.url})
+    # The checks reach the same engine: the SDK through DOCKER_HOST; testinfra through the engine's
+    # CLI, podman's as a client of the same service (CONTAINER_HOST).
+    reach = {"DOCKER_HOST": engine.url, **({"CONTAINER_HOST": engine.url} if engine.kind == "podman" else {})}
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env={**os.environ, **reach})
     output = result.stdout or ""
     counts = re.findall(r"(\d+) (passed|failed|skipped|error|deselected)", output.splitlines()[-1] if output else "")
     summary = ", ".join(f"{n} {word}" for n, word in counts) if counts else f"pytest exit status {result.returncode}"
