@@ -347,8 +347,10 @@ def podman_engine(registry: str) -> Iterator[dict]:
     log = open(folder / "podman.log", "w")
     # Not given CONTAINER_HOST itself: with it, podman is a client of that socket (its --remote).
     own = {k: v for k, v in os.environ.items() if k not in ("CONTAINER_HOST", "DOCKER_HOST")}
+    # Its TMPDIR is the folder's: Podman 4.3's API leaves a digest.txt file there for every push.
+    (folder / "tmp").mkdir()
     service = subprocess.Popen([podman, "system", "service", "--time=0", env["CONTAINER_HOST"]],
-                               env={**own, **{k: v for k, v in env.items() if k != "CONTAINER_HOST"}},
+                               env={**own, **{k: v for k, v in env.items() if k != "CONTAINER_HOST"}, "TMPDIR": str(folder / "tmp")},
                                stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
     try:
         wait_for_engine(service, env["CONTAINER_HOST"], folder / "podman.log", "Podman's service")
@@ -356,7 +358,10 @@ def podman_engine(registry: str) -> Iterator[dict]:
     finally:
         stop(service)
         log.close()
-        subprocess.run(["umount", "-R", str(folder / "root" / "overlay")], capture_output=True)  # only if one stayed
+        # Podman's storage bind-mounts its overlay folder and leaves it mounted when the service stops.
+        mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+        for mount in sorted((m for m in mounts if m.startswith(f"{folder}/")), reverse=True):
+            subprocess.run(["umount", "--lazy", mount], capture_output=True)
         shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -34,9 +34,9 @@ def test_push_sends_the_checked_release_image_and_its_stages(client, x86_build, 
     # The OS image, then each stage under its content name, then the release image.
     stages = [f"{registry}/ml/{s['image']}" for s in x86_build["stages"] if s["stage"] != "final"]
     assert references == [f"{registry}/ml/torchstack-os:bookworm-amd64", *stages, f"{registry}/ml/torchstack:{tag}"]
-    for reference in references:
+    for reference in references:  # (the registry may hold other tags of a repository: the arm64 image's)
         repository, _, pushed_tag = reference.removeprefix(f"{registry}/").rpartition(":")
-        assert registry_tags(registry, repository) == [pushed_tag], reference
+        assert pushed_tag in registry_tags(registry, repository), reference
     final = summary["pushed"][-1]
     assert final["digest"].startswith("sha256:") and final["layers"] > 0
     # The release image shares every layer but its last ones with the stages pushed before it.
