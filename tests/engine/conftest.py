@@ -358,6 +358,12 @@ def podman_engine(registry: str) -> Iterator[dict]:
     finally:
         stop(service)
         log.close()
+        # conmon starts a `podman container cleanup` for each container that ends, which may come
+        # after the service: it opens the storage again.
+        for _ in range(60):
+            if subprocess.run(["pgrep", "-f", str(folder)], capture_output=True).returncode != 0:
+                break
+            time.sleep(0.5)
         # Podman's storage bind-mounts its overlay folder and leaves it mounted when the service stops.
         mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
         for mount in sorted((m for m in mounts if m.startswith(f"{folder}/")), reverse=True):
