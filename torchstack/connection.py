@@ -62,8 +62,9 @@ def choose(wanted: str, environ: Mapping[str, str] | None = None, uid: int | Non
         return Engine("podman" if "podman" in docker_host else "docker", docker_host, "DOCKER_HOST")
     if container_host:
         return Engine("podman", container_host, "CONTAINER_HOST")
-    if Path(DOCKER_SOCKET).exists() or not Path(podman_url.removeprefix("unix://")).exists():
-        return Engine("docker", f"unix://{DOCKER_SOCKET}", "its socket is here" if Path(DOCKER_SOCKET).exists() else "the default")
+    docker_here = DOCKER_SOCKET.exists()
+    if docker_here or not podman_socket(environ, uid).exists():
+        return Engine("docker", f"unix://{DOCKER_SOCKET}", "its socket is here" if docker_here else "the default")
     return Engine("podman", podman_url, "its socket is here, Docker's is not")
 
 

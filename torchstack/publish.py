@@ -190,8 +190,7 @@ def join_architectures(target: str, sources: list[str], expected: dict[str, str]
                 _cli("podman", "manifest", "add", "--all", *tls, scratch, f"docker://{source}", missing_is_usage=True)
                 return [arch for digest, arch in _podman_entries(scratch).items() if digest not in before]
 
-            found = _by_architecture(target, sources, expected, platforms)
-            say(f"torchstack: joining {', '.join(f'{arch} ({found[arch]})' for arch in expected)} as {target}")
+            _by_architecture(target, sources, expected, platforms, say)
             with tempfile.TemporaryDirectory(prefix="torchstack-manifest-") as work:
                 digest_file = Path(work) / "digest"
                 _cli("podman", "manifest", "push", "--all", *tls, "--digestfile", str(digest_file), scratch, f"docker://{target}")
@@ -205,8 +204,7 @@ def join_architectures(target: str, sources: list[str], expected: dict[str, str]
             answer = json.loads(_cli("docker", "manifest", "inspect", "--verbose", *insecure, source, missing_is_usage=True))
             return [entry["Descriptor"]["platform"]["architecture"] for entry in (answer if isinstance(answer, list) else [answer])]
 
-        found = _by_architecture(target, sources, expected, platforms)
-        say(f"torchstack: joining {', '.join(f'{arch} ({found[arch]})' for arch in expected)} as {target}")
+        found = _by_architecture(target, sources, expected, platforms, say)
         _cli("docker", "manifest", "create", "--amend", *insecure, target, *found.values())
         pushed = _cli("docker", "manifest", "push", "--purge", *insecure, target)
     digest = re.search(r"sha256:[0-9a-f]{64}", pushed)
@@ -216,9 +214,10 @@ def join_architectures(target: str, sources: list[str], expected: dict[str, str]
 
 
 def _by_architecture(target: str, sources: list[str], expected: dict[str, str],
-                     platforms: Callable[[str], list[str]]) -> dict[str, str]:  # fmt: skip
+                     platforms: Callable[[str], list[str]], say: Callable[[str], None]) -> dict[str, str]:  # fmt: skip
     """Each expected architecture's source, from the Docker architecture of each image a source
-    names in the registry (`platforms`); refused in one line unless there is exactly one for each."""
+    names in the registry (`platforms`), said in one line; refused in one line unless there is
+    exactly one for each."""
     host = target.split("/", 1)[0]
     wanted_by_docker = {docker_arch: name for name, docker_arch in expected.items()}
     found: dict[str, str] = {}
@@ -235,6 +234,7 @@ def _by_architecture(target: str, sources: list[str], expected: dict[str, str],
     missing = [arch for arch in expected if arch not in found]
     if missing:
         raise UsageProblem(f"no image for {', '.join(missing)} among the sources; {target} was not made")
+    say(f"torchstack: joining {', '.join(f'{arch} ({found[arch]})' for arch in expected)} as {target}")
     return found
 
 
@@ -254,7 +254,7 @@ def _cli(tool: str, *args: str, missing_is_usage: bool = False) -> str:
         message = " ".join(result.stderr.split())[:300]
         if _AUTH.search(message):
             host = args[-1].removeprefix("docker://").split("/", 1)[0]
-            raise PushFailed(f"{tool} {' '.join(args[:2])}: {message}; log in with `{tool} login {host}`")
+            raise PushFailed(f"{tool} {' '.join(args[:2])}: {message}; {LOGIN[tool].format(host=host)}")
         if missing_is_usage and re.search(r"no such manifest|not found|manifest unknown", message, re.IGNORECASE):
             raise UsageProblem(f"{args[-1].removeprefix('docker://')}: not in the registry ({message})")
         raise PushFailed(f"{tool} {' '.join(args[:2])} {args[-1]} failed: {message}")
