@@ -34,12 +34,13 @@ fi
 #   fetching buildx and sources: curl, gpgv, xz-utils, ca-certificates;
 #   the engine tests' second engine, which gets a bridge of its own: iproute2;
 #   Podman (--engine podman, and the tests of it): podman, with runc (crun, which Podman prefers,
-#     cannot run on a host with hybrid cgroups) and uidmap (newuidmap, for rootless users).
+#     cannot run on a host with hybrid cgroups), uidmap (newuidmap, for rootless users) and
+#     slirp4netns (a rootless container's network, unless it runs with --network none).
 missing=()
 installed() { dpkg-query -W -f '${Status}' "$1" 2> /dev/null | grep -q '^install ok installed$'; }
 [[ $engine == podman ]] || command -v dockerd > /dev/null || missing+=(docker.io)
 for package in mmdebstrap debian-archive-keyring arch-test qemu-user-static binfmt-support \
-    curl gpgv xz-utils ca-certificates iproute2 podman runc uidmap; do
+    curl gpgv xz-utils ca-certificates iproute2 podman runc uidmap slirp4netns; do
     installed "$package" || missing+=("$package")
 done
 if ((${#missing[@]})); then
