@@ -9,6 +9,7 @@ import platform
 import re
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -33,6 +34,7 @@ class CheckOutcome:
     passed: bool
     summary: str
     reused: bool = False
+    seconds: float = 0.0  # how long the run took (none for a pass reused from an earlier run)
 
 
 def checks_fingerprint(stage: str, backend: str | None, engine_kind: str = "docker") -> str:
@@ -132,7 +134,9 @@ def run_checks(
     # The checks reach the same engine: the SDK through DOCKER_HOST; testinfra through the engine's
     # CLI, podman's as a client of the same service (CONTAINER_HOST).
     reach = {"DOCKER_HOST": engine.url, **({"CONTAINER_HOST": engine.url} if engine.kind == "podman" else {})}
+    started = time.monotonic()
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env={**os.environ, **reach})
+    seconds = time.monotonic() - started
     output = result.stdout or ""
     counts = re.findall(r"(\d+) (passed|failed|skipped|error|deselected)", output.splitlines()[-1] if output else "")
     summary = ", ".join(f"{n} {word}" for n, word in counts) if counts else f"pytest exit status {result.returncode}"
@@ -147,4 +151,4 @@ def run_checks(
         raise ToolkitError(f"the checks of {image} could not run (pytest exit status {result.returncode})")
     if result.returncode == 0 and not select:
         remember_pass(found.id, fingerprint, summary)
-    return CheckOutcome(passed=result.returncode == 0, summary=summary)
+    return CheckOutcome(passed=result.returncode == 0, summary=summary, seconds=seconds)

@@ -499,7 +499,7 @@ def make_cli(catalog: Catalog) -> click.Group:
         result = checks.run_checks(client, chosen, catalog, image, backend=backend, stage=stage, select=select)
         if not result.passed:
             raise ToolkitError(f"{image}: {result.summary}")
-        click.echo(f"{image}: {result.summary}")
+        click.echo(f"{image}: {result.summary} in {result.seconds:.0f} s")
 
     return cli
 

@@ -100,8 +100,11 @@ def applied_patches(component: str) -> list[dict]:
     series = folder / "series"
     if not series.is_file():
         return []
-    names = [line.strip() for line in series.read_text().splitlines() if line.strip() and not line.startswith("#")]
-    return [{"name": name, "sha256": hashlib.sha256((folder / name).read_bytes()).hexdigest()} for name in names]
+    lines = [line.split() for line in series.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    return [
+        {"name": name, "sha256": hashlib.sha256((folder / name).read_bytes()).hexdigest(), "upstream": " ".join(rest)}
+        for name, *rest in lines
+    ]
 
 
 @functools.lru_cache(maxsize=1)

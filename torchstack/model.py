@@ -233,6 +233,7 @@ class Alternative(Frozen):
     requirements: tuple[str, ...] = ()  # what pip installs for it ("{version}": the component's)
     build_packages: tuple[str, ...] = ()
     runtime_packages: tuple[str, ...] = ()
+    index: str | None = None  # where prebuilt wheels of it are published (pip's simple index)
 
 
 # A file pattern under a component's prefix: a folder and a file-name glob (lib/libopenblas*.so*).

@@ -29,20 +29,24 @@ class Interrupted(ToolkitError):
     exit_code = 130
 
 
-def resolve_wheel(catalog: Catalog, request: Request, plan: Plan, index_url: str | None = None) -> tuple[Request, Plan]:
-    """A torch wheel named by URL or index is downloaded now, and the plan made again from the file."""
+def resolve_wheel(catalog: Catalog, request: Request, plan: Plan) -> tuple[Request, Plan, list[str]]:
+    """A torch wheel named by URL or index is downloaded now, and the plan made again from the
+    file; with a line saying where an index's wheel came from."""
     spec = plan.torch_wheel
     if spec is None or spec.kind in ("file", "dir"):
-        return request, plan
+        return request, plan, []
+    notes = []
     dest = sources.state_dir() / "wheels"
     if spec.kind == "index":
-        path = download_from_index(dest, plan.arch.name, plan.distribution.python, plan.torch_version, index_url)
+        index = spec.where or catalog.components["torch"].alternatives["wheel"].index
+        path, origin = download_from_index(dest, plan.arch.name, plan.distribution.python, plan.torch_version, index)
+        notes.append(f"torchstack: torch wheel {path.name} from {origin}")
     else:
         path = dest / spec.where.rsplit("/", 1)[-1].split("#")[0]
         if not path.is_file():
             sources.download(spec.where, path)
     request = dataclasses.replace(request, torch_wheel=str(path))
-    return request, make_plan(catalog, request)
+    return request, make_plan(catalog, request), notes
 
 
 def resolve_plugins(catalog: Catalog, request: Request, plan: Plan, index_url: str | None = None) -> Plan:
@@ -174,7 +178,7 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
     cpu_notes = prerequisites.require_cpu_for_checks(plan, checks=not options.get("no_test"))
     if options.get("buildx_builder") and not engine.buildx_builder_exists(options["buildx_builder"]):
         raise UsageProblem(f"--buildx-builder {options['buildx_builder']}: no such builder (see `docker buildx ls`)")
-    request, plan = resolve_wheel(catalog, request, plan, options.get("pip_index_url"))
+    request, plan, wheel_notes = resolve_wheel(catalog, request, plan)
     plan = resolve_plugins(catalog, request, plan, options.get("pip_index_url"))
     pushes = (
         publish.wanted(plan, options.get("registry"), options.get("push_stages", False), checked=not options.get("no_test"))
@@ -190,13 +194,14 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
     contexts = sources.state_dir() / "contexts" / plan.release_tag
     test_images = not options.get("no_test")
     checks_summary = "not run (--no-test)" if not test_images else "not reached"
+    checks_seconds = 0.0
     started = time.monotonic()
     sbom_path = None
     probes: dict = {}
 
     with _build_secrets(options, contexts) as secrets, BuildView(reports, log_path, options.get("quiet", False)) as view:
         view.note(f"torchstack: engine {chosen.describe()}")
-        for note in cpu_notes:
+        for note in (*wheel_notes, *cpu_notes):
             view.note(note)
         if plan.jobs_note:
             view.note(f"torchstack: warning: {plan.jobs_note}")
@@ -265,7 +270,7 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
                 client, chosen, catalog, checked, backend=plan.backend.name, quiet=options.get("quiet", False),
                 reuse=not options.get("recheck"),
             )  # fmt: skip
-            checks_summary = outcome.summary
+            checks_summary, checks_seconds = outcome.summary, outcome.seconds
             if outcome.reused:
                 checks_summary += " (earlier, on this same image ID with the same checks; --recheck runs them again)"
                 view.note(f"torchstack: checks passed earlier on this image ID: {outcome.summary}")
@@ -292,6 +297,7 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
         "backend": plan.backend.name,
         "target": plan.target.name,
         "checks": checks_summary,
+        "checks_seconds": round(checks_seconds, 1),
         "plugins": [p.requirement for p in plan.plugins],
         "probes": probes,
         "sbom": str(sbom_path) if sbom_path else None,
@@ -303,6 +309,7 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
         write_json(options["json_file"], summary, reports)
     if not options.get("quiet"):
         view.console.print(summary_table(reports))
-        view.console.print(f"checks: {checks_summary}", highlight=False)
+        took = f" in {checks_seconds:.0f} s" if checks_seconds else ""
+        view.console.print(f"checks: {checks_summary}{took}", highlight=False)
     print(plan.top_image)
     return plan

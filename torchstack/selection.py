@@ -126,7 +126,7 @@ def select(catalog: Catalog, request: Request, host_arch: str) -> Selection:
     problem = refusal(catalog, backend, arch_name, target, distribution, methods)
     if problem:
         raise UsageProblem(problem)
-    if request.torch_wheel and methods.get("torch") != "wheel":
+    if request.torch_wheel is not None and methods.get("torch") != "wheel":
         raise UsageProblem("--torch-wheel needs --torch-from wheel")
     wheel_spec, wheel_file, torch_version = _torch_origin(catalog, request, backend, arch_name, distribution)
     stage = BUILD_TYPE_ALIASES.get(request.build_type, request.build_type)
@@ -212,7 +212,7 @@ def _torch_origin(
     pinned_torch = catalog.components["torch"].default_version
     if request.methods.get("torch", "source") != "wheel":
         return None, None, request.torch_version or pinned_torch
-    wheel_spec = WheelSpec.parse(request.torch_wheel or "index")
+    wheel_spec = WheelSpec.parse(request.torch_wheel)
     if wheel_spec.kind == "url":
         return wheel_spec, None, WheelName.parse(wheel_spec.where.rsplit("/", 1)[-1].split("#")[0]).version
     if wheel_spec.kind == "index":

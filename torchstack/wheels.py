@@ -21,21 +21,29 @@ _WHEEL = re.compile(
 
 @dataclass(frozen=True)
 class WheelSpec:
-    """What --torch-wheel named: a file, a wheelhouse folder, a URL, or `index` (pip's index)."""
+    """What --torch-wheel named: a file, a wheelhouse folder, the URL of a wheel, or an index: pip's
+    simple index at a URL, or `index` (where = None), the catalog's own (PyTorch's CPU builds)."""
 
     kind: str  # file | dir | url | index
-    where: str
+    where: str | None
 
     @classmethod
-    def parse(cls, text: str) -> WheelSpec:
-        if text == "index":
-            return cls("index", text)
+    def parse(cls, text: str | None) -> WheelSpec:
+        if text is None or text == "index":
+            return cls("index", None)
+        if not text.strip():
+            raise UsageProblem(
+                "--torch-wheel '': empty; name a .whl file, a folder of wheels, the URL of a wheel or of an index, "
+                "or leave the option out for PyTorch's CPU wheel index"
+            )
         if re.match(r"(https?|file)://", text):
-            return cls("url", text)
+            return cls("url" if text.split("#")[0].endswith(".whl") else "index", text)
         local = local_wheels(text)
         if local:
             return cls(*local)
-        raise UsageProblem(f"--torch-wheel {text!r}: not a .whl file, a folder of wheels, a URL, or 'index'")
+        raise UsageProblem(
+            f"--torch-wheel {text!r}: not a .whl file, a folder of wheels, the URL of a wheel or of an index, or 'index'"
+        )
 
 
 def local_wheels(text: str) -> tuple[str, str] | None:
@@ -96,26 +104,49 @@ def pip_conf_text(index_url: str) -> str:
     return "[global]\n" + "".join(f"{key} = {value}\n" for key, value in pip_index_settings(index_url).items())
 
 
-def download_from_index(dest: Path, arch: str, python: str, version: str, index_url: str | None = None) -> Path:
-    """Let pip find torch==version for the image's platform in `index_url` or pip's configured index."""
-    download_wheel(dest, arch, python, f"torch=={version}", index_url)
-    return pick_from_folder(dest, arch, python, version)
+def download_from_index(dest: Path, arch: str, python: str, version: str, torch_index: str) -> tuple[Path, str]:
+    """torch==version for the image's platform, and where it came from: a local wheelhouse pip is
+    configured with (PIP_FIND_LINKS, or find-links in pip's configuration) wins, offline; else
+    `torch_index`. Failing both is one line naming the index and how to point at a wheelhouse."""
+    requirement = f"torch=={version}"
+    try:
+        download_wheel(dest, arch, python, requirement, extra=["--no-index"])
+        return pick_from_folder(dest, arch, python, version), "a local wheelhouse (pip's find-links)"
+    except DownloadFailed:
+        pass
+    try:
+        download_wheel(dest, arch, python, requirement, extra=["--index-url", torch_index])
+    except DownloadFailed as exc:
+        raise ToolkitError(
+            f"no {requirement} wheel for {arch} cp{python.replace('.', '')} in a local wheelhouse nor at {torch_index} "
+            f"({exc.detail}); point at a wheelhouse with PIP_FIND_LINKS=DIR or --torch-wheel DIR, "
+            "or at a mirror of the index with --torch-wheel URL"
+        ) from None
+    return pick_from_folder(dest, arch, python, version), torch_index
 
 
-def download_wheel(dest: Path, arch: str, python: str, requirement: str, index_url: str | None = None) -> None:
+class DownloadFailed(ToolkitError):
+    def __init__(self, message: str, detail: str):
+        super().__init__(message)
+        self.detail = detail
+
+
+def download_wheel(
+    dest: Path, arch: str, python: str, requirement: str, index_url: str | None = None, extra: list[str] | None = None
+) -> None:
     """pip download of one NAME==VERSION wheel (no dependencies) for the image's platform and Python."""
     dest.mkdir(parents=True, exist_ok=True)
     command = [
         sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
         "--platform", f"manylinux_2_28_{arch}", "--platform", f"manylinux2014_{arch}",
-        "--python-version", python, "--dest", str(dest), requirement,
+        "--python-version", python, "--dest", str(dest), *(extra or []), requirement,
     ]  # fmt: skip
     for key, value in pip_index_settings(index_url).items() if index_url else ():
         command += [f"--{key}", value]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ToolkitError(f"pip could not download {requirement} for {arch} cp{python.replace('.', '')}: {last}")
+        raise DownloadFailed(f"pip could not download {requirement} for {arch} cp{python.replace('.', '')}: {last}", last)
 
 
 @functools.lru_cache(maxsize=8)

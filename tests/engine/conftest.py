@@ -38,15 +38,17 @@ def x86_wheelhouse() -> str:
     return folder
 
 
-# The x86_64 chain the README's first command builds: torch from the local CPU wheel, OpenBLAS
-# from Debian, numpy compiled from its source distribution against that OpenBLAS.
-X86_ARGS = ["--torch-from", "wheel", "--openblas-from", "distro", "--ca-bundle", str(CA_BUNDLE)]
+# The x86_64 chain the README's first command builds: torch's CPU wheel (a local wheelhouse pip is
+# configured with, else PyTorch's CPU index), OpenBLAS from Debian, numpy compiled from its source
+# distribution against that OpenBLAS.
+README_ARGS = ["--torch-from", "wheel", "--openblas-from", "distro"]
+X86_ARGS = [*README_ARGS, "--ca-bundle", str(CA_BUNDLE)]
 
 
 # The arm64 image the emulated tests build: PyPI's aarch64 torch wheels are CPU builds carrying
 # oneDNN with ACL up to torch 2.8; from 2.9 on they are CUDA builds, which the toolkit refuses for
 # a CPU image. The 2.8.0 wheel reports itself as 2.8.0+cpu: the labels carry that, the tag 2.8.0.
-ARM64_ARGS = ["--backend", "onednn-acl", "--torch-from", "wheel", "--torch-wheel", "index", "--torch-version", "2.8.0",
+ARM64_ARGS = ["--backend", "onednn-acl", "--torch-from", "wheel", "--torch-wheel", "https://pypi.org/simple/", "--torch-version", "2.8.0",
               "--openblas-from", "distro", "--numpy-from", "wheel", "--ca-bundle", str(CA_BUNDLE)]  # fmt: skip
 
 
@@ -112,7 +114,7 @@ def x86_build(client, tmp_path_factory):
     """The full x86_64 chain, built once per session; its JSON summary. --recheck: the image checks
     run in every test session, even on an image whose ID passed them in an earlier one."""
     summary = tmp_path_factory.mktemp("x86") / "summary.json"
-    result = run_build_py(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--json", str(summary), "--recheck")
+    result = run_build_py(*X86_ARGS, "--json", str(summary), "--recheck", env={"PIP_FIND_LINKS": x86_wheelhouse()})
     assert result.returncode == 0, f"the x86_64 build failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
     return json.loads(summary.read_text())
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -10,7 +11,8 @@ import time
 
 import pytest
 
-from tests.engine.conftest import CA_BUNDLE, X86_ARGS, files_holding, run_build_py, untag, x86_wheelhouse
+from tests.engine.conftest import CA_BUNDLE, README_ARGS, X86_ARGS, files_holding, run_build_py, untag, x86_wheelhouse
+from torchstack.model import ROOT
 from torchstack.tags import tag_version
 
 pytestmark = pytest.mark.engine
@@ -25,6 +27,25 @@ def test_x86_chain_builds_a_tagged_final_image_that_runs_torch(client, x86_build
     out = client.containers.run(final, ["python", "-c", "import torch, numpy; print(torch.__version__)"], remove=True)
     version = out.decode().strip()
     assert f"-torch-{tag_version(version)}-onednn" in final and "-cpu-" not in final, f"torch {version} in {final}"
+
+
+def test_the_first_command_finds_torch_in_a_wheelhouse_and_says_where_else_to_look(x86_build, tmp_path):
+    """The README's first command on a host with pip unconfigured and PyTorch's CPU index out of reach
+    (a proxy that refuses): without a wheelhouse, one line naming the index and the ways out; with
+    PIP_FIND_LINKS naming one, the same build as the session's, offline."""
+    offline = {"PIP_CONFIG_FILE": "/dev/null", "HTTPS_PROXY": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9"}
+    no_wheelhouse = {**{k: v for k, v in os.environ.items() if k != "PIP_FIND_LINKS"}, **offline}
+    refused = subprocess.run([sys.executable, "build.py", *README_ARGS, "--no-test"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=600, env=no_wheelhouse)  # fmt: skip
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr[-2000:]
+    assert "https://download.pytorch.org/whl/cpu" in refused.stderr and "PIP_FIND_LINKS=DIR" in refused.stderr, refused.stderr
+    summary = tmp_path / "wheelhouse.json"
+    built = run_build_py(*README_ARGS, "--no-test", "--json", str(summary), env={**offline, "PIP_FIND_LINKS": x86_wheelhouse()})
+    assert built.returncode == 0, built.stderr[-3000:]
+    assert "from a local wheelhouse" in built.stderr, built.stderr[-2000:]
+    again = json.loads(summary.read_text())
+    assert again["final_image"] == x86_build["final_image"]
+    assert [s["status"] for s in again["stages"]] == ["cached"] * 5, again["stages"]
 
 
 def test_a_no_op_rebuild_is_served_from_the_cache(x86_build, tmp_path):

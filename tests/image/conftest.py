@@ -25,6 +25,10 @@ def pytest_addoption(parser):
                      help="the engine DOCKER_HOST names; testinfra runs commands through its CLI")
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "side_by_side(*runs): the slow runs (test_final.RUNS) this check reads")
+
+
 @pytest.fixture(scope="session")
 def catalog():
     return load_catalog()

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
 import pytest
 
 from torchstack.host import host_arch
 
 REPORT_MARK = "torchstack-report: "
+# Complex dot/vdot/mm against a reference without BLAS: a file of its own (run by hand in an image too).
+COMPLEX_BLAS = (Path(__file__).parent / "complex_blas.py").read_text()
 # Run with oneDNN's verbose log on: its lines come first on stdout, the report last. Where oneDNN is
 # there, a convolution and a linear layer in oneDNN's layout (an inner product or matmul primitive).
 TORCH_REPORT = f"""
@@ -30,6 +33,10 @@ if report["mkldnn"]:
     with torch.inference_mode():
         conv(x)
         linear(torch.randn(8, 64).to_mkldnn())
+
+complex_blas = {{"__name__": "complex_blas"}}
+exec({COMPLEX_BLAS!r}, complex_blas)
+report["complex_blas"] = complex_blas["report"](torch)
 
 with open("/proc/self/maps") as maps:
     report["maps"] = maps.read()

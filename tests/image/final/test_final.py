@@ -1,6 +1,8 @@
 """Checks for the final image: the backend really runs, the tag tells the truth, nothing extra ships."""
 
+import concurrent.futures
 import contextlib
+import functools
 import json
 import os
 import re
@@ -170,6 +172,15 @@ def test_torch_names_the_blas_and_lapack_the_plan_promised(torch_report, ours):
     print(f"BLAS_INFO={found['BLAS_INFO']} LAPACK_INFO={found['LAPACK_INFO']} (promised: {promise})")
 
 
+def test_complex_dot_and_mm_agree_with_a_reference_without_blas(torch_report):
+    """torch.dot, vdot and mm of complex tensors (BLAS's cdotu_/zdotc_/cgemm_) equal plain Python
+    arithmetic (complex_blas.py): a torch built with the wrong complex-dot convention fails here."""
+    found = torch_report["complex_blas"]
+    assert not found["problems"], "complex BLAS results are wrong:\n" + "\n".join(found["problems"])
+    assert len(found["checked"]) == 6, found["checked"]
+    print(f"complex BLAS agrees with the reference: {', '.join(found['checked'])}")
+
+
 def test_torch_is_compiled_with_the_target_flag(torch_report, ours):
     if ours["components"]["torch"]["method"] != "source":
         pytest.skip("torch comes from a prebuilt wheel: its flags are upstream's")
@@ -258,23 +269,30 @@ def test_no_build_tools(host):
     assert not found, f"build tools left in the final image: {found}"
 
 
-def test_torch_compile_compiles_a_model_that_matches_eager(user_host, restricted_pod, ours):
+@pytest.mark.side_by_side("compile")
+def test_torch_compile_compiles_a_model_that_matches_eager(side_by_side, ours):
     """Natively, examples/compile.py (a ResNet-style model with freezing, as users run it) in a
     restricted pod; the examples loop leaves it to this check. Else the small model of COMPILE."""
+    result = side_by_side("compile")
     if ours["runtime"] == "slim":
-        result = user_host.run(f"python3 -c {shlex.quote(COMPILE)}")
         assert result.rc != 0 and "InvalidCxxCompiler" in result.stderr, (
             f"a slim image should refuse torch.compile for want of a C++ compiler (exit {result.rc}):\n{result.stderr[-1500:]}"
         )
         return
-    if ours["arch"] != host_arch():
-        result = user_host.run(f"python3 -c {shlex.quote(COMPILE)}")
-    else:
-        result = restricted_pod.run(f"cd {EXAMPLES} && python3 compile.py")
     assert result.rc == 0, f"torch.compile failed:\n{result.stderr[-2500:]}"
     vec_isa = re.search(r"Inductor's vector ISA: (\S+)", result.stdout)
     assert vec_isa and vec_isa[1] != "''", f"Inductor found no vector ISA for its kernels ({result.stdout[-500:]})"
     print(result.stdout.strip())
+
+
+def _compile(image, engine, ours):
+    """How torch.compile ends: natively compile.py in a restricted pod; under qemu and in a slim
+    image, the small model of COMPILE as the default user."""
+    if ours["runtime"] == "slim" or ours["arch"] != host_arch():
+        with _running(image, engine) as plain:
+            return plain.run(f"python3 -c {shlex.quote(COMPILE)}")
+    with _running(image, engine, tmpfs=EXEC_TMP, **RESTRICTED) as pod:
+        return pod.run(f"cd {EXAMPLES} && python3 compile.py")
 
 
 def test_no_headers_sources_or_wheels(host, labels):
@@ -297,18 +315,30 @@ def test_no_pip_and_no_pip_caches(host, user_host):
     assert not caches, f"pip caches left: {caches}"
 
 
-def test_no_extra_ca_bundles(container):
+@pytest.mark.side_by_side("ca-bundles")
+def test_no_extra_ca_bundles(side_by_side, ours):
     """No PEM certificate outside the system CA store, in any file of the image.
 
     Read from the exported file system on the host, so that it is fast under emulation too.
     """
-    found = []
-    with tarfile.open(fileobj=_Stream(container.export()), mode="r|") as files:
-        for entry in files:
-            if entry.isfile() and not entry.name.startswith(CA_STORE) and entry.size < 64 * 2**20:
-                if b"-----BEGIN CERTIFICATE-----\n" in files.extractfile(entry).read():
-                    found.append("/" + entry.name)
+    found = side_by_side("ca-bundles")
     assert not found, f"certificates outside the system CA store: {found}"
+
+
+def _certificates(image, engine, ours) -> list[str]:
+    """Files holding a PEM certificate outside the system CA store, read from a container's export
+    (created, never started)."""
+    found = []
+    created = docker.from_env().containers.create(image, entrypoint=["true"], network_mode="none")
+    try:
+        with tarfile.open(fileobj=_Stream(created.export()), mode="r|") as files:
+            for entry in files:
+                if entry.isfile() and not entry.name.startswith(CA_STORE) and entry.size < 64 * 2**20:
+                    if b"-----BEGIN CERTIFICATE-----\n" in files.extractfile(entry).read():
+                        found.append("/" + entry.name)
+    finally:
+        created.remove(force=True)
+    return found
 
 
 class _Stream:
@@ -346,21 +376,6 @@ def any_user_host(image, engine):
         yield started
 
 
-@pytest.fixture(scope="session")
-def restricted_pod(image, engine):
-    with _running(image, engine, tmpfs=EXEC_TMP, **RESTRICTED) as pod:
-        yield pod
-
-
-@pytest.fixture(scope="session")
-def one_cpu(image, engine):
-    """A container allowed one CPU's time (docker run --cpus=1: a CFS quota, as a Kubernetes CPU limit)."""
-    if len(os.sched_getaffinity(0)) < 2:
-        pytest.skip("this host has one CPU: no limit below its cores to run under")
-    with _running(image, engine, nano_cpus=10**9) as limited:
-        yield limited
-
-
 def _threads(host, ours, env: str = "") -> tuple[str, str]:
     """The thread count torch starts with, and what the start-up hook decided, from backend_info.py.
     Under qemu (an image of another architecture), what the hook set instead of importing torch
@@ -376,61 +391,129 @@ def _threads(host, ours, env: str = "") -> tuple[str, str]:
     return shown[1], shown[2]
 
 
-def test_threads_follow_a_cpu_limit(one_cpu, ours):
-    count, why = _threads(one_cpu, ours)
+# The runs under a CPU limit (docker run --cpus=1: a CFS quota, as a Kubernetes CPU limit): as the
+# image starts, with the user's OMP_NUM_THREADS, and with the switch that leaves threads to torch.
+UNDER_A_CPU_LIMIT = {"plain": "", "user's": "OMP_NUM_THREADS=2", "switched off": "TORCHSTACK_FOLLOW_CPU_LIMIT=0"}
+
+
+def _cpu_limit(image, engine, ours) -> dict[str, tuple[str, str]] | None:
+    if len(os.sched_getaffinity(0)) < 2:
+        return None  # this host has one CPU: no limit below its cores to run under
+    with _running(image, engine, nano_cpus=10**9) as limited:
+        return {name: _threads(limited, ours, env) for name, env in UNDER_A_CPU_LIMIT.items()}
+
+
+def _affinity(image, engine, ours) -> tuple[str, str]:
+    with _running(image, engine, cpuset_cpus="0") as pinned:
+        return _threads(pinned, ours)
+
+
+def _eager_then_compile(image, engine, ours, **options) -> tuple[str, str]:
+    """How EAGER_THEN_COMPILE ends in a container run with `options` (natively; under qemu, where a
+    compile takes minutes, and in a slim image: empty), and what the start-up hook says of
+    torch.compile's scratch."""
+    with _running(image, engine, **options) as pod:
+        ran = ""
+        if ours["arch"] == host_arch() and ours["runtime"] != "slim":
+            result = pod.run(f"python3 -c {shlex.quote(EAGER_THEN_COMPILE)}")
+            ran = f"exit {result.rc}\n{result.stdout}{result.stderr}"
+        scratch = pod.run("python3 -m torchstack_startup")
+        return ran, scratch.stdout + scratch.stderr
+
+
+def _examples(image, engine, ours) -> dict:
+    """Each example's run in a restricted pod (compile.py's is the compile check's, natively)."""
+    with _running(image, engine, tmpfs=EXEC_TMP, **RESTRICTED) as pod:
+        examples = pod.run(f"ls {EXAMPLES}/[!_]*.py").stdout.split()
+        ran = {}
+        for example in examples:
+            name = example.rsplit("/", 1)[1]
+            if ours["arch"] != host_arch() and name not in UNDER_EMULATION:
+                ran[name] = None
+            elif not (name == "compile.py" and ours["runtime"] != "slim"):
+                ran[name] = pod.run(f"cd {EXAMPLES} && python3 {example}")
+        return ran
+
+
+# The slow checks' runs, each in a container of its own, independent of one another: started side by
+# side (within the host's cores, one more to cover container start-ups) when the first check that
+# reads one needs it. Only the runs of the checks selected start. A run's failure is its check's.
+RUNS = {
+    "compile": _compile,
+    "noexec-home": functools.partial(_eager_then_compile, user=ANY_USER, tmpfs=NOEXEC_TMP),
+    "noexec-tmp": functools.partial(_eager_then_compile, **RESTRICTED, tmpfs={**READ_ONLY_TEMP, **NOEXEC_TMP}),
+    "examples": _examples,
+    "no-tmp": functools.partial(_eager_then_compile, **RESTRICTED, tmpfs={**READ_ONLY_TEMP, "/tmp": "ro"}),
+    "ca-bundles": _certificates,
+    "cpu-limit": _cpu_limit,
+    "affinity": _affinity,
+}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def side_by_side(request, image, engine, labels):
+    """The runs the selected checks read, started as the first check of this folder starts; a check
+    takes its run's result (or its exception) with side_by_side(NAME)."""
+    ours = json.loads(labels.get("io.torchstack.build-info", "null"))
+    wanted = {name for item in request.session.items for mark in item.iter_markers("side_by_side") for name in mark.args}
+    workers = len(os.sched_getaffinity(0)) + 1
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="check-run") as pool:
+        started = {name: pool.submit(run, image, engine, ours) for name, run in RUNS.items() if ours and name in wanted}
+        try:
+            yield lambda name: started[name].result()
+        finally:
+            for future in started.values():
+                future.cancel()
+
+
+@pytest.mark.side_by_side("cpu-limit")
+def test_threads_follow_a_cpu_limit(side_by_side, ours):
+    runs = side_by_side("cpu-limit") or pytest.skip("this host has one CPU: no limit below its cores to run under")
+    count, why = runs["plain"]
     assert count == "1", f"{count} threads under --cpus=1 ({why})"
     assert why.startswith("OMP_NUM_THREADS=1 from the CPU quota of 1 CPU (cgroup "), why
 
 
-def test_threads_follow_the_affinity_mask(image, engine, ours):
+@pytest.mark.side_by_side("affinity")
+def test_threads_follow_the_affinity_mask(side_by_side, ours):
     """docker run --cpuset-cpus=0: torch counts the CPUs it may run on; the hook leaves it so."""
     if ours["arch"] != host_arch():
         pytest.skip("torch's own count (the hook sets nothing here): checked on the native image")
-    with _running(image, engine, cpuset_cpus="0") as pinned:
-        count, why = _threads(pinned, ours)
+    count, why = side_by_side("affinity")
     assert count == "1", f"{count} threads on one CPU ({why})"
     assert why == "1 CPU in the affinity mask, no CPU quota: torch's own choice", why
 
 
-def test_a_users_omp_num_threads_wins_over_the_cpu_limit(one_cpu, ours):
-    count, why = _threads(one_cpu, ours, "OMP_NUM_THREADS=2")
-    assert (count, why) == ("2", "OMP_NUM_THREADS=2, as set by the user")
+@pytest.mark.side_by_side("cpu-limit")
+def test_a_users_omp_num_threads_wins_over_the_cpu_limit(side_by_side, ours):
+    runs = side_by_side("cpu-limit") or pytest.skip("this host has one CPU: no limit below its cores to run under")
+    assert runs["user's"] == ("2", "OMP_NUM_THREADS=2, as set by the user")
 
 
-def test_the_switch_leaves_threads_to_torch_under_a_cpu_limit(one_cpu, ours, torch_report):
-    count, why = _threads(one_cpu, ours, "TORCHSTACK_FOLLOW_CPU_LIMIT=0")
+@pytest.mark.side_by_side("cpu-limit")
+def test_the_switch_leaves_threads_to_torch_under_a_cpu_limit(side_by_side, ours, torch_report):
+    runs = side_by_side("cpu-limit") or pytest.skip("this host has one CPU: no limit below its cores to run under")
     unlimited = "unset" if ours["arch"] != host_arch() else str(torch_report["threads"])
-    assert (count, why) == (unlimited, "not following the CPU limit (TORCHSTACK_FOLLOW_CPU_LIMIT=0)")
+    assert runs["switched off"] == (unlimited, "not following the CPU limit (TORCHSTACK_FOLLOW_CPU_LIMIT=0)")
 
 
-def _eager_then_compile(pod, ours) -> tuple[str, str]:
-    """How EAGER_THEN_COMPILE ends (natively; under qemu, where a compile takes minutes, and in a
-    slim image: empty), and what the start-up hook says of torch.compile's scratch."""
-    ran = ""
-    if ours["arch"] == host_arch() and ours["runtime"] != "slim":
-        result = pod.run(f"python3 -c {shlex.quote(EAGER_THEN_COMPILE)}")
-        ran = f"exit {result.rc}\n{result.stdout}{result.stderr}"
-    scratch = pod.run("python3 -m torchstack_startup")
-    return ran, scratch.stdout + scratch.stderr
-
-
-@pytest.mark.parametrize("tmp", [NOEXEC_TMP, {"/tmp": "ro"}], ids=["noexec-tmp", "no-tmp"])
-def test_a_restricted_pod_without_an_exec_folder_runs_eager_and_says_what_compile_needs(image, engine, ours, tmp):
+@pytest.mark.side_by_side("noexec-tmp", "no-tmp")
+@pytest.mark.parametrize("run", ["noexec-tmp", "no-tmp"])
+def test_a_restricted_pod_without_an_exec_folder_runs_eager_and_says_what_compile_needs(side_by_side, ours, run):
     """A read-only root with Docker's noexec /tmp, or with no writable folder at all: eager mode
     runs; torch.compile (Inductor loads the kernels it compiles) ends with one line, no traceback."""
-    with _running(image, engine, **RESTRICTED, tmpfs={**READ_ONLY_TEMP, **tmp}) as pod:
-        ran, scratch = _eager_then_compile(pod, ours)
+    ran, scratch = side_by_side(run)
     if ran:
         assert ran.startswith("exit 1\neager ran\n") and "compiled" not in ran and "Traceback" not in ran, ran[-2500:]
         assert ran.rstrip().splitlines()[-1].startswith("torchstack: torch.compile needs a writable folder"), ran[-2500:]
     assert "torch.compile scratch: /tmp: " in scratch and "/dev/shm: " in scratch, scratch
 
 
-def test_a_noexec_tmp_with_a_writable_home_compiles(image, engine, ours):
+@pytest.mark.side_by_side("noexec-home")
+def test_a_noexec_tmp_with_a_writable_home_compiles(side_by_side, ours):
     """docker run --tmpfs /tmp (noexec) as an arbitrary user, the root writable: Inductor's cache
     goes where its kernels can be loaded from."""
-    with _running(image, engine, user=ANY_USER, tmpfs=NOEXEC_TMP) as pod:
-        ran, scratch = _eager_then_compile(pod, ours)
+    ran, scratch = side_by_side("noexec-home")
     if ran:
         assert ran.startswith("exit 0\neager ran\ncompiled"), ran[-2500:]
     assert "torch.compile scratch: TORCHINDUCTOR_CACHE_DIR=" in scratch and "(/tmp: mounted noexec)" in scratch, scratch
@@ -445,24 +528,19 @@ def test_an_arbitrary_user_id_has_a_writable_home(any_user_host):
     assert named.rc == 0, f"getpass.getuser() fails for user {ANY_USER}:\n{named.stderr[-800:]}"
 
 
-def test_every_example_runs_in_a_restricted_pod(restricted_pod, ours):
+@pytest.mark.side_by_side("examples")
+def test_every_example_runs_in_a_restricted_pod(side_by_side, ours):
     """As an arbitrary user with a read-only root, no capabilities and an exec-capable /tmp."""
-    examples = restricted_pod.run(f"ls {EXAMPLES}/[!_]*.py").stdout.split()
-    assert len(examples) >= 7, f"expected the examples in {EXAMPLES}, found {examples}"
-    emulated = ours["arch"] != host_arch()
-    for example in examples:
-        name = example.rsplit("/", 1)[1]
-        if emulated and name not in UNDER_EMULATION:
+    ran = side_by_side("examples")
+    assert len(ran) >= 7, f"expected the examples in {EXAMPLES}, found {sorted(ran)}"
+    for name, result in ran.items():
+        if result is None:
             print(f"{name}: not run under qemu emulation (see UNDER_EMULATION)")
-            continue
-        if name == "compile.py" and ours["runtime"] != "slim":
-            continue  # run by test_torch_compile_compiles_a_model_that_matches_eager
-        result = restricted_pod.run(f"cd {EXAMPLES} && python3 {example}")
-        if name == "compile.py" and ours["runtime"] == "slim":
+        elif name == "compile.py":  # a slim image: the example's own one line
             assert result.rc == 3 and "needs a C++ compiler" in result.stderr, result.stderr[-1500:]
-            continue
-        assert result.rc == 0, f"{example} failed in a restricted pod (user {ANY_USER}):\n{result.stderr[-1500:]}"
-        print(result.stdout.strip())
+        else:
+            assert result.rc == 0, f"{name} failed in a restricted pod (user {ANY_USER}):\n{result.stderr[-1500:]}"
+            print(result.stdout.strip())
 
 
 def test_each_example_benchmarks_to_one_json_line(any_user_host):
