@@ -11,7 +11,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
 
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from torchstack.errors import DataError
 
@@ -228,6 +230,13 @@ class Source(Frozen):
     sha256_from: str
 
 
+class Since(Frozen):
+    """The first version of a component that accepts a tuning value, and where that is seen."""
+
+    version: str
+    seen: str
+
+
 class Alternative(Frozen):
     prefix: str | None = None
     requirements: tuple[str, ...] = ()  # what pip installs for it ("{version}": the component's)
@@ -258,7 +267,12 @@ class Component(Frozen):
     # The part of a build target this component is tuned by (targets.yaml: openblas, acl, zdnn);
     # a target without it cannot have this component compiled for it.
     tuning: Literal["openblas", "acl", "zdnn"] | None = None
+    # Tuning values (a target's `tuning` settings) that only newer versions accept: value -> since.
+    tuning_since: dict[str, Since] = {}
     script: str
+    # The versions its script can build (a specifier), and why no other: a pin outside is refused.
+    script_builds: str | None = None
+    script_builds_why: str | None = None
     build_packages: tuple[str, ...] = ()
     runtime_packages: tuple[str, ...] = ()
     build_requirements: tuple[PinnedPackage, ...] = ()
@@ -304,6 +318,19 @@ class Component(Frozen):
     @property
     def default_version(self) -> str:
         return self.versions[0].version
+
+    def refuses(self, version: str, target_values: tuple[str, ...]) -> str | None:
+        """Why this version cannot be compiled (for a target whose tuning settings are
+        `target_values`), or None: from the data (script_builds, tuning_since), not names in code."""
+        if self.script_builds and not SpecifierSet(self.script_builds).contains(version, prereleases=True):
+            return f"{self.name} {version}: scripts/{self.script} builds {self.name}{self.script_builds} only ({self.script_builds_why})"
+        for value in target_values:
+            since = self.tuning_since.get(value)
+            if since and Version(version) < Version(since.version):
+                able = [p.version for p in self.versions if Version(p.version) >= Version(since.version)]
+                return (f"{self.name} {version} cannot build for {value}: that needs {since.version} or newer "
+                        f"({since.seen}); pinned versions that can: {', '.join(able) or 'none'}")  # fmt: skip
+        return None
 
     def paired_with(self, torch_version: str) -> Pin | None:
         """The pin upstream builds `torch_version` with, where the pins say (`torch`)."""

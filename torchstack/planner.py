@@ -137,6 +137,10 @@ def _component_plans(
                 f"{name} {version} has no pinned, checksummed source (torchstack/data/components.yaml); "
                 f"pinned: {pinned}" + ("; or use --torch-from wheel" if name == "torch" else "")
             )
+        tuning = getattr(selection.target, component.tuning) if component.tuning else None
+        problem = component.refuses(version, tuple(str(v) for v in tuning.model_dump().values()) if tuning else ())
+        if method == "source" and problem:
+            raise UsageProblem(problem)
         prefix = prefixes[name]
         compiled = method == "source"
         alternative = component.alternatives.get(method)

@@ -73,7 +73,7 @@ def test_every_target_passes_exactly_one_tuning_flag(catalog):
         ("neoverse-v2", "aarch64", "-mcpu=neoverse-v2", "NEOVERSEV2", ("armv8.2-a", True)),
         ("thunderx2t99", "aarch64", "-mcpu=thunderx2t99", "THUNDERX2T99", ("armv8a", True)),
         ("generic", "aarch64", "-march=armv8-a", "ARMV8", ("armv8a", True)),
-        ("generic", "x86_64", "-march=x86-64", "NEHALEM", None),
+        ("generic", "x86_64", "-march=x86-64", "PRESCOTT", None),
         ("x86-64-v3", "x86_64", "-march=x86-64-v3", "HASWELL", None),
         ("z16", "s390x", "-march=arch14", "Z14", None),
     ],
