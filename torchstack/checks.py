@@ -16,7 +16,7 @@ from pathlib import Path
 
 import docker
 
-from torchstack import sources
+from torchstack import sharing, sources
 from torchstack.connection import Engine
 from torchstack.errors import ToolkitError, UsageProblem
 from torchstack.model import ROOT, Catalog
@@ -133,9 +133,14 @@ def run_checks(
         command += ["-k", select]
     # The checks reach the same engine: the SDK through DOCKER_HOST; testinfra through the engine's
     # CLI, podman's as a client of the same service (CONTAINER_HOST).
+    # The containers they start carry this run's owner: whatever they leave, however the run ends
+    # (Ctrl-C, SIGTERM, a check that hangs), is removed here.
     reach = {"DOCKER_HOST": engine.url, **({"CONTAINER_HOST": engine.url} if engine.kind == "podman" else {})}
     started = time.monotonic()
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env={**os.environ, **reach})
+    try:
+        result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env={**os.environ, **reach, sharing.ENV: sharing.owner()})
+    finally:
+        sharing.remove_containers(client)
     seconds = time.monotonic() - started
     output = result.stdout or ""
     counts = re.findall(r"(\d+) (passed|failed|skipped|error|deselected)", output.splitlines()[-1] if output else "")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -12,13 +11,14 @@ import click
 import docker.errors
 from click.core import ParameterSource
 
-from torchstack import __version__, tags
+from torchstack import __version__, sharing, tags
 from torchstack.connection import ENGINES, choose, connect, refuse_for
 from torchstack.errors import DataError, ToolkitError, UsageProblem
 from torchstack.model import Catalog, load_catalog
 from torchstack.plan import Plan, Request
 from torchstack.planner import env_line, make_plan
 from torchstack.selection import BUILD_TYPES, BUILDERS, RUNTIMES
+from torchstack.sharing import Terminated
 from torchstack.sources import state_dir
 from torchstack.wheels import pip_index_settings
 
@@ -230,7 +230,9 @@ class ToolkitGroup(click.Group):
             _fail(str(exc), exc.exit_code)
         except docker.errors.DockerException as exc:
             _fail(f"the container engine failed: {str(exc).splitlines()[0]}", 1)
-        except (KeyboardInterrupt, click.exceptions.Abort):
+        except KeyboardInterrupt as exc:
+            _fail("terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted", sharing.exit_code(exc))
+        except click.exceptions.Abort:
             _fail("interrupted", 130)
         return None
 
@@ -505,9 +507,7 @@ def make_cli(catalog: Catalog) -> click.Group:
 
 
 def main(argv: list[str] | None = None) -> None:
-    # Ctrl-C must stop a build cleanly even where SIGINT arrives ignored (a background job of a
-    # non-interactive shell ignores it, and so would every build started from there).
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    sharing.handle_signals()
     try:
         catalog = load_catalog()
     except DataError as exc:

@@ -269,6 +269,10 @@ class Component(Frozen):
     tuning: Literal["openblas", "acl", "zdnn"] | None = None
     # Tuning values (a target's `tuning` settings) that only newer versions accept: value -> since.
     tuning_since: dict[str, Since] = {}
+    # What each tuning setting accepts, per architecture (setting -> arch -> values), and where that
+    # list is from: custom targets are held to it (selection.tuning_problem).
+    tuning_values: dict[str, dict[str, tuple[str, ...]]] = {}
+    tuning_values_from: str | None = None
     script: str
     # The versions its script can build (a specifier), and why no other: a pin outside is refused.
     script_builds: str | None = None

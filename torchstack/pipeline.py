@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import os
 import re
 import shutil
 import tempfile
@@ -14,7 +15,7 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
-from torchstack import bootstrap, checks, connection, engine, layout, prerequisites, publish, sbom, sources
+from torchstack import bootstrap, checks, connection, engine, layout, prerequisites, publish, sbom, sharing, sources
 from torchstack.errors import ChecksFailed, ToolkitError, UsageProblem
 from torchstack.model import Catalog
 from torchstack.metadata import stage_labels
@@ -26,7 +27,11 @@ from torchstack.wheels import download_from_index, download_wheel, pip_conf_text
 
 
 class Interrupted(ToolkitError):
-    exit_code = 130
+    """Ctrl-C (exit 130) or SIGTERM (exit 143) during a build."""
+
+    def __init__(self, message: str, exit_code: int = 130):
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def resolve_wheel(catalog: Catalog, request: Request, plan: Plan) -> tuple[Request, Plan, list[str]]:
@@ -67,9 +72,10 @@ def resolve_plugins(catalog: Catalog, request: Request, plan: Plan, index_url: s
 
 
 @contextlib.contextmanager
-def _build_secrets(options: dict, contexts: Path) -> Iterator[BuildSecrets]:
-    """The build's secrets, in a private temporary folder. It and the build contexts (which may
-    hold copies for the legacy builder) are removed however the build ends."""
+def _run_scope(client, options: dict, contexts: Path) -> Iterator[BuildSecrets]:
+    """The build's secrets, in a private temporary folder. It, the run's own build contexts (which
+    may hold copies for the legacy builder) and every container the run started are removed
+    however the build ends: done, failed, Ctrl-C or SIGTERM."""
     with tempfile.TemporaryDirectory(prefix="torchstack-secrets-") as folder:
         pip_conf = None
         if options.get("pip_index_url"):
@@ -79,6 +85,7 @@ def _build_secrets(options: dict, contexts: Path) -> Iterator[BuildSecrets]:
             yield BuildSecrets(ca_bundle=options.get("ca_bundle"), pip_conf=pip_conf)
         finally:
             shutil.rmtree(contexts, ignore_errors=True)
+            sharing.remove_containers(client)
 
 
 def _probe(client, plan: Plan, image: str) -> dict:
@@ -87,7 +94,7 @@ def _probe(client, plan: Plan, image: str) -> dict:
     if not plan.probe_args:
         return {}
     out = client.containers.run(image, list(plan.probe_args), entrypoint=["python3", f"{layout.TOOLKIT_DIR}/probe.py", "--json"],
-                                remove=True, platform=plan.platform, network_mode="none")  # fmt: skip
+                                remove=True, platform=plan.platform, network_mode="none", labels=sharing.labels())  # fmt: skip
     return json.loads(out.decode().strip().splitlines()[-1])
 
 
@@ -170,9 +177,65 @@ def _base_image(client, plan: Plan, options: dict, view: BuildView) -> str:
     return bootstrap.ensure_base_image(client, plan, options.get("debian_mirror"))
 
 
+def _lock(name: str, view: BuildView):
+    """Hold `name` among this host's runs (sharing.lock), saying so when this run waits."""
+    return sharing.lock(sources.state_dir() / "locks", name, view.note)
+
+
+def _build_stages(client, kind: str, plan: Plan, options: dict, reports: list[StageReport], view: BuildView,
+                  contexts: Path, source_files: dict[str, Path], secrets: BuildSecrets, log_path: Path) -> None:
+    """Build each stage of the plan in order, or take it as it is. Each under a lock among this
+    host's runs (sharing.lock): equal runs at once make, and tag, the very same images."""
+    for stage, report in zip(plan.stages, reports, strict=True):
+        assemble_context(plan, stage, contexts / stage.name, source_files, secrets)
+        progress = view.start(report)
+        with _lock(stage.image, view):
+            taken = _podman_stage(client, plan, stage, options, view.note) if kind == "podman" else None
+            if taken:
+                report.status, report.cached, report.seconds = taken, True, time.monotonic() - progress.started
+                report.size_bytes = engine.image_size(client, stage.image)
+                continue
+            try:
+                result = _build_stage(client, kind, plan, stage, options, view, contexts / stage.name, secrets, progress, log_path)
+            except KeyboardInterrupt as exc:
+                report.status = "interrupted"
+                raise Interrupted(
+                    f"interrupted in stage {stage.name}: no tag points at a half-built image; "
+                    "finished steps are in the engine's cache, so the next run resumes there", sharing.exit_code(exc)
+                ) from None
+            except ToolkitError:
+                report.status = "failed"
+                raise
+        report.seconds = result.seconds
+        report.cached = result.cached
+        report.ran = list(result.ran)
+        report.size_bytes = engine.image_size(client, stage.image)
+        report.status = "cached" if result.cached else "built"
+
+
+def _build_stage(client, kind: str, plan: Plan, stage: StagePlan, options: dict, view: BuildView, context: Path,
+                 secrets: BuildSecrets, progress, log_path: Path) -> engine.BuildResult:  # fmt: skip
+    labels = stage_labels(plan, stage)
+    log = functools.partial(view.line, stage.name)
+    if plan.builder == "buildx":
+        # BuildKit asks the registry itself, and says so in its log when it lacks the image.
+        cache = [publish.remote_name(options["cache_from"], publish.pushed_as(plan, stage))] if options.get("cache_from") else []
+        return engine.build_image_buildx(
+            context, stage.image, plan.platform, labels, options.get("no_cache", False),
+            secrets.files(), log, progress, stage.name, log_path, options.get("buildx_builder"), cache,
+        )  # fmt: skip
+    # Podman's build API reads cache sources as buildah's own cache repositories: none given.
+    cache = None if kind == "podman" else _cache_source(client, plan, stage, options.get("cache_from"), view.note)
+    return engine.build_image(
+        client, context, stage.image, plan.platform, labels,
+        options.get("no_cache", False), log, progress, stage.name, log_path, [cache] if cache else None,
+    )  # fmt: skip
+
+
 def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> Plan:
     client, chosen = connection.connect(connection.choose(options.get("engine") or "auto"))
     connection.refuse_for(chosen.kind, {**options, "builder": plan.builder})
+    cleaned = sharing.remove_leftovers(client, sources.state_dir() / "contexts")
     base_missing = not engine.image_exists(client, plan.base_image)
     prerequisites.require(plan, bootstrap=base_missing and plan.base_is_bootstrapped)
     cpu_notes = prerequisites.require_cpu_for_checks(plan, checks=not options.get("no_test"))
@@ -189,9 +252,9 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
 
     logs = sources.state_dir() / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    log_path = logs / f"{plan.release_tag}-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}.log"
+    log_path = logs / f"{plan.release_tag}-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{os.getpid()}.log"
     reports = [StageReport(stage=s.name, image=s.image, tags=[s.image]) for s in plan.stages]
-    contexts = sources.state_dir() / "contexts" / plan.release_tag
+    contexts = sharing.private_folder(sources.state_dir() / "contexts", plan.release_tag)
     test_images = not options.get("no_test")
     checks_summary = "not run (--no-test)" if not test_images else "not reached"
     checks_seconds = 0.0
@@ -199,8 +262,10 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
     sbom_path = None
     probes: dict = {}
 
-    with _build_secrets(options, contexts) as secrets, BuildView(reports, log_path, options.get("quiet", False)) as view:
+    with _run_scope(client, options, contexts) as secrets, BuildView(reports, log_path, options.get("quiet", False)) as view:
         view.note(f"torchstack: engine {chosen.describe()}")
+        if cleaned:
+            view.note(f"torchstack: removed what ended runs left behind: {'; '.join(cleaned)}")
         for note in (*wheel_notes, *cpu_notes):
             view.note(note)
         if plan.jobs_note:
@@ -209,7 +274,8 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
             how = "bootstrapping it from the Debian archive" if plan.base_is_bootstrapped else "pulling it"
             how = f"pulling it from {options['cache_from']}, else {how}" if options.get("cache_from") else how
             view.note(f"torchstack: base image {plan.base_image} is not here; {how}")
-        base = _base_image(client, plan, options, view)
+        with _lock(plan.base_image, view):
+            base = _base_image(client, plan, options, view)
         view.note(f"torchstack: base image {base}")
         ccache = functools.partial(engine.move_ccache, folder=options["ccache_dir"], image=base, platform=plan.platform,
                                    cache_id=layout.CCACHE_ID.format(arch=plan.arch.name), mount=layout.CCACHE_DIR,
@@ -217,53 +283,15 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
         if ccache:
             ccache("in")
             view.note(f"torchstack: compiler cache loaded from {options['ccache_dir']}")
-        for stage, report in zip(plan.stages, reports, strict=True):
-            assemble_context(plan, stage, contexts / stage.name, source_files, secrets)
-            progress = view.start(report)
-            labels = stage_labels(plan, stage)
-            log = functools.partial(view.line, stage.name)
-            taken = _podman_stage(client, plan, stage, options, view.note) if chosen.kind == "podman" else None
-            if taken:
-                report.status, report.cached, report.seconds = taken, True, time.monotonic() - progress.started
-                report.size_bytes = engine.image_size(client, stage.image)
-                continue
-            try:
-                if plan.builder == "buildx":
-                    # BuildKit asks the registry itself, and says so in its log when it lacks the image.
-                    cache = [publish.remote_name(options["cache_from"], publish.pushed_as(plan, stage))] if options.get("cache_from") else []
-                    result = engine.build_image_buildx(
-                        contexts / stage.name, stage.image, plan.platform, labels, options.get("no_cache", False),
-                        secrets.files(), log, progress, stage.name, log_path, options.get("buildx_builder"), cache,
-                    )  # fmt: skip
-                else:
-                    # Podman's build API reads cache sources as buildah's own cache repositories: none given.
-                    cache = None if chosen.kind == "podman" else _cache_source(client, plan, stage, options.get("cache_from"), view.note)
-                    result = engine.build_image(
-                        client, contexts / stage.name, stage.image, plan.platform, labels,
-                        options.get("no_cache", False), log, progress, stage.name, log_path, [cache] if cache else None,
-                    )  # fmt: skip
-            except KeyboardInterrupt:
-                report.status = "interrupted"
-                raise Interrupted(
-                    f"interrupted in stage {stage.name}: no tag points at a half-built image; "
-                    "finished steps are in the engine's cache, so the next run resumes there"
-                ) from None
-            except ToolkitError:
-                report.status = "failed"
-                raise
-            report.seconds = result.seconds
-            report.cached = result.cached
-            report.ran = list(result.ran)
-            report.size_bytes = engine.image_size(client, stage.image)
-            report.status = "cached" if result.cached else "built"
-
+        _build_stages(client, chosen.kind, plan, options, reports, view, contexts, source_files, secrets, log_path)
         if ccache:
             ccache("out")
             view.note(f"torchstack: compiler cache saved to {options['ccache_dir']}")
         top = plan.stages[-1]
         checked = top.image
         if top.name == RELEASE_STAGE:
-            checked, sbom_path = _add_sbom(client, plan, top.image, contexts / "sbom", log_path, view)
+            with _lock(f"{top.image}-sbom", view):
+                checked, sbom_path = _add_sbom(client, plan, top.image, contexts / "sbom", log_path, view)
         if test_images:
             view.note(f"torchstack: checking {top.image}" + (f" with its SBOM ({checked[:19]})" if checked != top.image else ""))
             outcome = checks.run_checks(

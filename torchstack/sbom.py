@@ -23,6 +23,7 @@ from cyclonedx.model.component import Component, ComponentType
 from cyclonedx.output.json import JsonV1Dot6
 from packageurl import PackageURL
 
+from torchstack import sharing
 from torchstack.layout import TOOLKIT_DIR, VENV
 
 SBOM = f"{TOOLKIT_DIR}/sbom.cdx.json"  # in the release image
@@ -45,7 +46,7 @@ def inventory(client: docker.DockerClient, image: str, platform: str) -> dict:
     venv, [package, version, architecture, source package] per installed Debian package."""
     output = client.containers.run(
         image, [f"{VENV}/bin/python3", "-c", _INVENTORY], entrypoint=[], platform=platform, remove=True,
-        network_mode="none",
+        network_mode="none", labels=sharing.labels(),
     )  # fmt: skip
     return json.loads(output.decode().strip().splitlines()[-1])
 
@@ -126,7 +127,7 @@ def read_image(client: docker.DockerClient, image: str) -> tuple[docker.models.i
     what `inspect` shows, for an image built here or pulled from a registry."""
     found = client.images.get(image)
     info = json.loads(found.labels[BUILD_INFO_LABEL])
-    container = client.containers.create(found.id, entrypoint=["/bin/true"], command=[])
+    container = client.containers.create(found.id, entrypoint=["/bin/true"], command=[], labels=sharing.labels())
     try:
         stream, _ = container.get_archive(SBOM)
         with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:

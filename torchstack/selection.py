@@ -177,6 +177,19 @@ def _resolve_arch(catalog: Catalog, request: Request, host_arch: str) -> tuple[s
     return host_arch, "this host"
 
 
+def tuning_problem(catalog: Catalog, target: Target) -> str | None:
+    """The first tuning setting of `target` its component does not accept (components.yaml
+    tuning_values), as "KEY: VALUE is not ...; one of ..."; None when all are accepted."""
+    for component in catalog.components.values():
+        settings = getattr(target, component.tuning) if component.tuning else None
+        for key, per_arch in component.tuning_values.items() if settings else ():
+            value, allowed = str(getattr(settings, key)), per_arch.get(target.arch, ())
+            if value not in allowed:
+                return (f"{component.tuning}.{key}: {value!r} is not a {key} {component.name} accepts for {target.arch} "
+                        f"({component.tuning_values_from}); one of {', '.join(allowed)}")  # fmt: skip
+    return None
+
+
 def _resolve_target(catalog: Catalog, request: Request, arch: str, host_arch: str) -> tuple[Target, str]:
     name = request.build_target
     if name == "native":
@@ -191,6 +204,8 @@ def _resolve_target(catalog: Catalog, request: Request, arch: str, host_arch: st
         target = parse_target(request.custom_target, _read_yaml(request.custom_target))
         if target.arch != arch:
             raise UsageProblem(f"{request.custom_target}: target {target.name} is for {target.arch}, not {arch}")
+        if problem := tuning_problem(catalog, target):
+            raise UsageProblem(f"{request.custom_target}: {problem}")
         return target, f"custom target {target.name} from {request.custom_target}"
     target = catalog.find_target(name, arch)
     if target is None:

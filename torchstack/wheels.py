@@ -11,6 +11,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from torchstack import sharing
 from torchstack.errors import ToolkitError, UsageProblem
 
 # torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
@@ -143,7 +144,9 @@ def download_wheel(
     ]  # fmt: skip
     for key, value in pip_index_settings(index_url).items() if index_url else ():
         command += [f"--{key}", value]
-    result = subprocess.run(command, capture_output=True, text=True)
+    # One pip at a time into a folder: another run's pip may be writing the very file.
+    with sharing.lock(dest, ".download", lambda line: print(line, file=sys.stderr)):
+        result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
         raise DownloadFailed(f"pip could not download {requirement} for {arch} cp{python.replace('.', '')}: {last}", last)

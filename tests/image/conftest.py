@@ -14,6 +14,7 @@ import docker
 import pytest
 import testinfra
 
+from torchstack import sharing
 from torchstack.model import load_catalog
 
 
@@ -57,7 +58,7 @@ def labels(image_attrs):
 @pytest.fixture(scope="session")
 def container(image):
     client = docker.from_env()
-    started = client.containers.run(image, entrypoint=["sleep", "infinity"], detach=True, network_mode="none")
+    started = client.containers.run(image, entrypoint=["sleep", "infinity"], detach=True, network_mode="none", labels=sharing.labels())
     yield started
     started.remove(force=True)
 

@@ -68,7 +68,8 @@ def selection_tree(tmp_path, monkeypatch):
     monkeypatch.setattr(checks, "CHECK_INPUTS", (tree,))
     monkeypatch.setenv("TORCHSTACK_CACHE", str(tmp_path / "cache"))
     found = SimpleNamespace(id="sha256:aa", labels={"io.torchstack.stage": "final"})
-    return SimpleNamespace(images=SimpleNamespace(get=lambda name: found))
+    # An engine with no container of this run left: run_checks asks for them as it ends.
+    return SimpleNamespace(images=SimpleNamespace(get=lambda name: found), containers=SimpleNamespace(list=lambda **_: []))
 
 
 def test_a_selection_runs_only_the_named_checks_and_records_no_pass(catalog, tmp_path, monkeypatch):

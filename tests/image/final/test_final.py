@@ -17,7 +17,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from tests.image.libs.test_libs import assert_openblas_is_the_openmp_build
-from torchstack import layout
+from torchstack import layout, sharing
 from torchstack.host import host_arch
 from torchstack.layout import EXAMPLES_DIR as EXAMPLES
 from torchstack.tags import tag_version
@@ -329,7 +329,7 @@ def _certificates(image, engine, ours) -> list[str]:
     """Files holding a PEM certificate outside the system CA store, read from a container's export
     (created, never started)."""
     found = []
-    created = docker.from_env().containers.create(image, entrypoint=["true"], network_mode="none")
+    created = docker.from_env().containers.create(image, entrypoint=["true"], network_mode="none", labels=sharing.labels())
     try:
         with tarfile.open(fileobj=_Stream(created.export()), mode="r|") as files:
             for entry in files:
@@ -362,7 +362,7 @@ def _running(image, engine, **options):
     """A container of the image that sleeps, with docker run's `options`, as a testinfra host
     reached through the engine's CLI (docker or podman)."""
     options.setdefault("network_mode", "none")
-    started = docker.from_env().containers.run(image, entrypoint=["sleep", "infinity"], detach=True, **options)
+    started = docker.from_env().containers.run(image, entrypoint=["sleep", "infinity"], detach=True, labels=sharing.labels(), **options)
     try:
         yield testinfra.get_host(f"{engine}://{started.id}")
     finally:
@@ -566,7 +566,8 @@ def test_interactive_start_shows_the_banner_and_the_defaults(container, ours):
 def test_a_non_interactive_run_prints_only_its_own_output(image):
     """docker run IMAGE CMD: through the entry point (and its CPU check, which passes on this
     host), nothing added to the output."""
-    out = docker.from_env().containers.run(image, ["python3", "-c", "print('only this')"], remove=True, stderr=True, network_mode="none")
+    out = docker.from_env().containers.run(image, ["python3", "-c", "print('only this')"], remove=True, stderr=True,
+                                          network_mode="none", labels=sharing.labels())  # fmt: skip
     assert out.decode() == "only this\n", out
 
 

@@ -1,0 +1,112 @@
+"""Runs that share a host: owners, locks, and what a killed run leaves (the engine's side is in
+tests/engine/test_sharing.py)."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from torchstack import sharing
+
+
+def test_a_live_process_is_not_gone_and_an_ended_one_is():
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    assert not sharing.gone(sharing.identity())
+    assert sharing.gone(sharing.identity().rsplit("/", 2)[0] + f"/{ended.pid}/1")
+    # a pid taken again by a new process: its start time differs
+    assert sharing.gone(sharing.identity().rsplit("/", 1)[0] + "/0")
+    # another host's run cannot be judged here, so it is left alone
+    assert not sharing.gone(f"another-host/{ended.pid}/1")
+
+
+def test_the_checks_get_the_owner_of_the_run_that_started_them(monkeypatch):
+    monkeypatch.delenv(sharing.ENV, raising=False)
+    mine = sharing.owner()
+    assert mine == sharing.identity()
+    monkeypatch.setenv(sharing.ENV, "build-host/42/7")
+    assert sharing.labels() == {sharing.LABEL: "build-host/42/7"}
+
+
+def _fake_engine(containers):
+    removed = []
+
+    def listing(all, filters):
+        key, _, value = filters["label"].partition("=")
+        return [c for c in containers if key in c.labels and (not value or c.labels[key] == value) and c not in removed]
+
+    for c in containers:
+        c.remove = lambda force, c=c: removed.append(c)
+    return SimpleNamespace(containers=SimpleNamespace(list=listing)), removed
+
+
+def test_what_an_ended_run_left_is_removed_and_a_running_runs_is_kept(tmp_path):
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    dead = sharing.identity().rsplit("/", 2)[0] + f"/{ended.pid}/1"
+    theirs = SimpleNamespace(labels={sharing.LABEL: dead})
+    ours = SimpleNamespace(labels={sharing.LABEL: sharing.identity()})
+    client, removed = _fake_engine([theirs, ours])
+    kept_folder = sharing.private_folder(tmp_path, "r26.11-torch-2.13.0-openblas")
+    left_folder = tmp_path / f"{dead.replace('/', '+')}+r26.11-torch-2.13.0-openblas"
+    (left_folder / "final").mkdir(parents=True)
+
+    said = sharing.remove_leftovers(client, tmp_path)
+
+    assert removed == [theirs]
+    assert not left_folder.exists() and kept_folder.is_dir()
+    assert said == [f"1 container(s) of {dead}", str(left_folder)]
+
+
+def test_a_second_run_waits_for_the_lock_saying_so_once(tmp_path):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from torchstack import sharing\n"
+         f"with sharing.lock(Path({str(tmp_path)!r}), 'torchstack-dev:abc', print):\n"
+         "    print('held', flush=True); time.sleep(1.5)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert holder.stdout.readline().strip() == "held"
+    said = []
+    started = time.monotonic()
+    with sharing.lock(tmp_path, "torchstack-dev:abc", said.append):
+        waited = time.monotonic() - started
+    holder.wait()
+    assert waited > 0.5
+    assert said == [f"torchstack: waiting for run {holder.pid}, which is building torchstack-dev:abc on this host"]
+
+
+def test_a_lock_whose_holder_was_killed_is_free(tmp_path):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import time; from pathlib import Path; from torchstack import sharing\n"
+         f"with sharing.lock(Path({str(tmp_path)!r}), 'x', print):\n"
+         "    print('held', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert holder.stdout.readline().strip() == "held"
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    said = []
+    with sharing.lock(tmp_path, "x", said.append):
+        pass
+    assert said == []
+
+
+def test_sigterm_unwinds_like_ctrl_c_and_says_143():
+    sharing.handle_signals()
+    cleaned = []
+    try:
+        with pytest.raises(sharing.Terminated) as raised:
+            try:
+                threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGTERM)).start()
+                time.sleep(5)
+            finally:
+                cleaned.append(True)
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    assert cleaned == [True]
+    assert sharing.exit_code(raised.value) == 143 and sharing.exit_code(KeyboardInterrupt()) == 130

@@ -1,0 +1,142 @@
+"""One build host shared by many runs: what a run owns, the locks runs wait on, what a killed run left.
+
+Every container a run starts carries its owner (this host, the run's pid and the pid's start
+time), so the run removes its own however it ends, and a later run removes what a SIGKILL left
+(an owner whose process is gone). Work that equal runs would do twice (an image built from the
+same inputs, a wheel downloaded into the same folder) is done under a lock file, which the kernel
+releases when its holder dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import re
+import shutil
+import signal
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import docker
+
+LABEL = "io.torchstack.owner"
+ENV = "TORCHSTACK_OWNER"  # the owner a run hands to the processes it starts (the checks' pytest)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, as a CI runner cancelling a job sends it: unwinds like Ctrl-C, exits 143."""
+
+    exit_code = 143
+
+
+def exit_code(interruption: BaseException) -> int:
+    return getattr(interruption, "exit_code", 130)
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated()
+
+
+def handle_signals() -> None:
+    """Ctrl-C and SIGTERM unwind the run (every `finally` runs) instead of ending it where it stands.
+    SIGINT is set too: a background job of a non-interactive shell starts with it ignored."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+def _started(pid: int) -> str | None:
+    """When process `pid` started (clock ticks since boot, /proc/PID/stat), None if there is none."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rpartition(")")[2].split()[19]
+
+
+def identity(pid: int | None = None) -> str:
+    pid = pid or os.getpid()
+    return f"{socket.gethostname()}/{pid}/{_started(pid)}"
+
+
+def owner() -> str:
+    """This run's owner: the one it was handed by the run that started it, else its own."""
+    return os.environ.get(ENV) or identity()
+
+
+def labels() -> dict[str, str]:
+    return {LABEL: owner()}
+
+
+def gone(who: str) -> bool:
+    """Whether `who` (an owner) is known to have ended: a process of this host that is not running
+    (or a new process under its pid). One of another host cannot be judged here: not gone."""
+    host, _, rest = who.partition("/")
+    pid, _, started = rest.partition("/")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    return _started(int(pid)) != started
+
+
+def remove_containers(client: docker.DockerClient, who: str | None = None) -> int:
+    """Remove the containers of owner `who` (default: this run's); how many."""
+    found = client.containers.list(all=True, filters={"label": f"{LABEL}={who or owner()}"})
+    for container in found:
+        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+            container.remove(force=True)
+    return len(found)
+
+
+def private_folder(parent: Path, name: str) -> Path:
+    """A new folder under `parent` that only this run writes to (its name says whose it is)."""
+    folder = parent / f"{identity().replace('/', '+')}+{name}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def remove_leftovers(client: docker.DockerClient, folders: Path) -> list[str]:
+    """Remove what runs that ended without cleaning up (SIGKILL) left: their containers, and their
+    private folders under `folders`. What was removed, one phrase each."""
+    removed = []
+    ended = {
+        c.labels[LABEL]
+        for c in client.containers.list(all=True, filters={"label": LABEL})
+        if gone(c.labels.get(LABEL, ""))
+    }
+    for who in sorted(ended):
+        removed.append(f"{remove_containers(client, who)} container(s) of {who}")
+    for folder in sorted(folders.glob("*+*+*+*")) if folders.is_dir() else ():
+        host, pid, started, _ = folder.name.split("+", 3)
+        if gone(f"{host}/{pid}/{started}"):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(f"{folder}")
+    return removed
+
+
+@contextlib.contextmanager
+def lock(folder: Path, name: str, waiting: Callable[[str], None]) -> Iterator[None]:
+    """Hold the lock `name` (an image or folder name) among this host's runs; `waiting` is told
+    once, in one line, when another run holds it and this one waits."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / (re.sub(r"[^A-Za-z0-9_.-]+", "_", name) + ".lock")
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            handle.seek(0)
+            holder = handle.read().strip() or "another run"
+            waiting(f"torchstack: waiting for {holder}, which is building {name} on this host")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"run {os.getpid()}")
+        handle.flush()
+        try:
+            yield
+        finally:
+            handle.truncate(0)
+            fcntl.flock(handle, fcntl.LOCK_UN)
