@@ -35,6 +35,7 @@ class CheckOutcome:
     summary: str
     reused: bool = False
     seconds: float = 0.0  # how long the run took (none for a pass reused from an earlier run)
+    failed: tuple[str, ...] = ()  # the checks that failed, by name
 
 
 def checks_fingerprint(stage: str, backend: str | None, engine_kind: str = "docker") -> str:
@@ -125,7 +126,7 @@ def run_checks(
     folders = [str(CHECKS / name) for name in stage_lineage(catalog, stage) if (CHECKS / name).is_dir()]
     command = [
         sys.executable, "-m", "pytest", *folders, "--rootdir", str(ROOT), "-p", "no:cacheprovider",
-        "--image", image, "--stage", stage, "--engine", engine.kind, "-rfs", "--tb=short", "--no-header", "-q",
+        "--image", image, "--stage", stage, "--engine", engine.kind, "-rfsx", "--tb=short", "--no-header", "-q",
     ]  # fmt: skip
     if backend:
         command += ["--backend", backend]
@@ -138,12 +139,13 @@ def run_checks(
     reach = {"DOCKER_HOST": engine.url, **({"CONTAINER_HOST": engine.url} if engine.kind == "podman" else {})}
     started = time.monotonic()
     try:
-        result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, env={**os.environ, **reach, sharing.ENV: sharing.owner()})
+        result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, preexec_fn=sharing.die_with_parent,
+                                env={**os.environ, **reach, sharing.ENV: sharing.owner()})  # fmt: skip
     finally:
         sharing.remove_containers(client)
     seconds = time.monotonic() - started
     output = result.stdout or ""
-    counts = re.findall(r"(\d+) (passed|failed|skipped|error|deselected)", output.splitlines()[-1] if output else "")
+    counts = re.findall(r"(\d+) (passed|failed|xfailed|skipped|error|deselected)", output.splitlines()[-1] if output else "")
     summary = ", ".join(f"{n} {word}" for n, word in counts) if counts else f"pytest exit status {result.returncode}"
     if select and result.returncode == NO_TESTS_COLLECTED:
         raise UsageProblem(f"-k {select!r} selects none of the checks of a {stage} image")
@@ -156,4 +158,5 @@ def run_checks(
         raise ToolkitError(f"the checks of {image} could not run (pytest exit status {result.returncode})")
     if result.returncode == 0 and not select:
         remember_pass(found.id, fingerprint, summary)
-    return CheckOutcome(passed=result.returncode == 0, summary=summary, seconds=seconds)
+    failed = tuple(line.split()[1].rpartition("::")[2] for line in output.splitlines() if line.startswith(("FAILED ", "ERROR ")))
+    return CheckOutcome(passed=result.returncode == 0, summary=summary, seconds=seconds, failed=failed)

@@ -12,6 +12,7 @@ from torchstack.layout import VENV
 from torchstack.model import PATCHES, ROOT, SCRIPTS, TEMPLATES, Catalog
 from torchstack.plan import RELEASE_STAGE, Plan, Request, StagePlan
 from torchstack.selection import RUNTIMES, Selection
+from torchstack.wheels import complex_dot_defect
 
 # How torch.__config__.show() names the BLAS (BLAS_INFO, LAPACK_INFO) for its build variable BLAS.
 TORCH_BLAS_INFO = {"OpenBLAS": "open", "MKL": "mkl", "Eigen": "eigen", "BLIS": "blis", "APL": "armpl"}
@@ -41,6 +42,13 @@ def tag_variants(catalog: Catalog, selection: Selection, request: Request) -> tu
         tags.tag_safe(f"{p.key}-{p.requirement.split('==', 1)[1]}") for p in selection.plugins if p.why == "--plugin-wheel"
     ]
     return tuple(variants)
+
+
+def torch_defects(plan: Plan) -> dict[str, str]:
+    """What is known to be wrong in the plan's prebuilt torch, read from the wheel: name -> why.
+    None for a torch compiled here (our patches fix what they can, and the checks prove it)."""
+    why = complex_dot_defect(plan.torch_wheel_file) if plan.torch_wheel_file else None
+    return {"complex-dot": why} if why else {}
 
 
 def build_info(plan: Plan) -> dict:
@@ -82,6 +90,8 @@ def build_info(plan: Plan) -> dict:
         # Each vendor plugin wheel as its own metadata describes it (pins still to download: by name)
         "plugins": [p.wheel.record() if p.wheel else {"name": p.key, "requirement": p.requirement} for p in plan.plugins],
         "toolkit": toolkit_revision(),
+        # Known wrong in a prebuilt torch: the build warns, and the checks expect exactly that.
+        "torch_defects": torch_defects(plan),
     }
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from torchstack import bootstrap, checks, connection, engine, layout, prerequisites, publish, sbom, sharing, sources
 from torchstack.errors import ChecksFailed, ToolkitError, UsageProblem
 from torchstack.model import Catalog
-from torchstack.metadata import stage_labels
+from torchstack.metadata import stage_labels, torch_defects
 from torchstack.plan import RELEASE_STAGE, Plan, Request, StagePlan
 from torchstack.planner import make_plan
 from torchstack.progress import BuildView, StageReport, summary_table, write_json
@@ -232,6 +232,46 @@ def _build_stage(client, kind: str, plan: Plan, stage: StagePlan, options: dict,
     )  # fmt: skip
 
 
+@dataclasses.dataclass
+class _Release:
+    image_id: str
+    checks: str
+    checks_seconds: float = 0.0
+    sbom: Path | None = None
+    probes: dict = dataclasses.field(default_factory=dict)
+
+
+def _check_and_tag(client, chosen, catalog: Catalog, plan: Plan, options: dict, view: BuildView, contexts: Path,
+                   log_path: Path) -> _Release:  # fmt: skip
+    """The top stage's image with its SBOM (the release stage's), checked, then given its tag:
+    never before its checks pass."""
+    top = plan.stages[-1]
+    checked, sbom_path = top.image, None
+    if top.name == RELEASE_STAGE:
+        checked, sbom_path = _add_sbom(client, plan, top.image, contexts / "sbom", log_path, view)
+    release = _Release(image_id=client.images.get(checked).id, checks="not run (--no-test)", sbom=sbom_path)
+    if not options.get("no_test"):
+        view.note(f"torchstack: checking {top.image}" + (f" with its SBOM ({checked[:19]})" if checked != top.image else ""))
+        outcome = checks.run_checks(
+            client, chosen, catalog, checked, backend=plan.backend.name, quiet=options.get("quiet", False),
+            reuse=not options.get("recheck"),
+        )  # fmt: skip
+        release.checks, release.checks_seconds = outcome.summary, outcome.seconds
+        if outcome.reused:
+            release.checks += " (earlier, on this same image ID with the same checks; --recheck runs them again)"
+            view.note(f"torchstack: checks passed earlier on this image ID: {outcome.summary}")
+        if not outcome.passed:
+            which = f": {', '.join(outcome.failed)}" if outcome.failed else ""
+            raise ChecksFailed(f"checks of {top.image} failed ({outcome.summary}{which}); the release tag was not applied")
+        if top.name == RELEASE_STAGE:
+            release.probes = _probe(client, plan, checked)
+            for answer in release.probes.values():
+                view.note(f"torchstack: on this machine: {answer['says']}")
+    repository, _, tag = plan.top_image.rpartition(":")
+    client.images.get(checked).tag(repository, tag)
+    return release
+
+
 def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> Plan:
     client, chosen = connection.connect(connection.choose(options.get("engine") or "auto"))
     connection.refuse_for(chosen.kind, {**options, "builder": plan.builder})
@@ -255,12 +295,7 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
     log_path = logs / f"{plan.release_tag}-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{os.getpid()}.log"
     reports = [StageReport(stage=s.name, image=s.image, tags=[s.image]) for s in plan.stages]
     contexts = sharing.private_folder(sources.state_dir() / "contexts", plan.release_tag)
-    test_images = not options.get("no_test")
-    checks_summary = "not run (--no-test)" if not test_images else "not reached"
-    checks_seconds = 0.0
     started = time.monotonic()
-    sbom_path = None
-    probes: dict = {}
 
     with _run_scope(client, options, contexts) as secrets, BuildView(reports, log_path, options.get("quiet", False)) as view:
         view.note(f"torchstack: engine {chosen.describe()}")
@@ -268,6 +303,8 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
             view.note(f"torchstack: removed what ended runs left behind: {'; '.join(cleaned)}")
         for note in (*wheel_notes, *cpu_notes):
             view.note(note)
+        for why in torch_defects(plan).values():
+            view.note(f"torchstack: warning: {why}")
         if plan.jobs_note:
             view.note(f"torchstack: warning: {plan.jobs_note}")
         if base_missing:
@@ -288,28 +325,9 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
             ccache("out")
             view.note(f"torchstack: compiler cache saved to {options['ccache_dir']}")
         top = plan.stages[-1]
-        checked = top.image
-        if top.name == RELEASE_STAGE:
-            with _lock(f"{top.image}-sbom", view):
-                checked, sbom_path = _add_sbom(client, plan, top.image, contexts / "sbom", log_path, view)
-        if test_images:
-            view.note(f"torchstack: checking {top.image}" + (f" with its SBOM ({checked[:19]})" if checked != top.image else ""))
-            outcome = checks.run_checks(
-                client, chosen, catalog, checked, backend=plan.backend.name, quiet=options.get("quiet", False),
-                reuse=not options.get("recheck"),
-            )  # fmt: skip
-            checks_summary, checks_seconds = outcome.summary, outcome.seconds
-            if outcome.reused:
-                checks_summary += " (earlier, on this same image ID with the same checks; --recheck runs them again)"
-                view.note(f"torchstack: checks passed earlier on this image ID: {outcome.summary}")
-            if not outcome.passed:
-                raise ChecksFailed(f"checks of {top.image} failed ({outcome.summary}); the release tag was not applied")
-        if top.name == RELEASE_STAGE and test_images:
-            probes = _probe(client, plan, checked)
-            for answer in probes.values():
-                view.note(f"torchstack: on this machine: {answer['says']}")
-        repository, _, tag = plan.top_image.rpartition(":")
-        client.images.get(checked).tag(repository, tag)
+        # Equal runs at once: the second waits, then finds the same image and the first's checks.
+        with _lock(f"{plan.top_image} release", view):
+            release = _check_and_tag(client, chosen, catalog, plan, options, view, contexts, log_path)
         reports[-1].tags.append(plan.top_image)
         pushed = [publish.push(client, local, remote, view.note, chosen.kind) for local, remote in pushes]
         for done in pushed:
@@ -321,14 +339,15 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
         "release_tag": plan.release_tag,
         "engine": {"kind": chosen.kind, "url": chosen.url, "chosen_by": chosen.why},
         "final_image": plan.final_image if top.name == RELEASE_STAGE else None,
+        "image_id": release.image_id,  # what the release (or top stage's) tag was given
         "arch": plan.arch.name,
         "backend": plan.backend.name,
         "target": plan.target.name,
-        "checks": checks_summary,
-        "checks_seconds": round(checks_seconds, 1),
+        "checks": release.checks,
+        "checks_seconds": round(release.checks_seconds, 1),
         "plugins": [p.requirement for p in plan.plugins],
-        "probes": probes,
-        "sbom": str(sbom_path) if sbom_path else None,
+        "probes": release.probes,
+        "sbom": str(release.sbom) if release.sbom else None,
         "pushed": [{"reference": p.reference, "digest": p.digest, "layers": p.layers, "attempts": p.attempts} for p in pushed],
         "seconds": round(total, 1),
         "log": str(log_path),
@@ -337,7 +356,7 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
         write_json(options["json_file"], summary, reports)
     if not options.get("quiet"):
         view.console.print(summary_table(reports))
-        took = f" in {checks_seconds:.0f} s" if checks_seconds else ""
-        view.console.print(f"checks: {checks_summary}{took}", highlight=False)
+        took = f" in {release.checks_seconds:.0f} s" if release.checks_seconds else ""
+        view.console.print(f"checks: {release.checks}{took}", highlight=False)
     print(plan.top_image)
     return plan

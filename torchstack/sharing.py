@@ -10,6 +10,7 @@ releases when its holder dies.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import os
@@ -23,7 +24,8 @@ from pathlib import Path
 import docker
 
 LABEL = "io.torchstack.owner"
-ENV = "TORCHSTACK_OWNER"  # the owner a run hands to the processes it starts (the checks' pytest)
+ENV = "TORCHSTACK_OWNER"
+PR_SET_PDEATHSIG = 1  # the owner a run hands to the processes it starts (the checks' pytest)
 
 
 class Terminated(KeyboardInterrupt):
@@ -45,6 +47,12 @@ def handle_signals() -> None:
     SIGINT is set too: a background job of a non-interactive shell starts with it ignored."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+def die_with_parent() -> None:
+    """For a child process (subprocess's preexec_fn): end with SIGTERM when the run that started it
+    dies, even of SIGKILL, instead of running on unowned (Linux's PR_SET_PDEATHSIG)."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _started(pid: int) -> str | None:

@@ -167,6 +167,36 @@ def _wheel(path: Path) -> tuple[frozenset[str], str | None]:
     return _read_wheel(path.resolve(), stat.st_size, stat.st_mtime_ns)
 
 
+@functools.lru_cache(maxsize=8)
+def _complex_dot_defect(path: Path, size: int, mtime_ns: int) -> str | None:
+    with zipfile.ZipFile(path) as wheel:
+        names = wheel.namelist()
+        bundled = sorted(n.rsplit("/", 1)[-1] for n in names if n.rsplit("/", 1)[-1].startswith("libopenblas"))
+        if not bundled or "torch/lib/libtorch_cpu.so" not in names:
+            return None
+        fortran = cblas = False
+        tail = b""
+        with wheel.open("torch/lib/libtorch_cpu.so") as library:
+            for block in iter(lambda: library.read(1 << 24), b""):
+                window = tail + block
+                fortran = fortran or b"\0zdotu_\0" in window
+                cblas = cblas or b"\0cblas_zdotu_sub\0" in window
+                tail = window[-32:]
+    if not fortran or cblas:
+        return None
+    return (f"{path.name} calls BLAS's complex dot as zdotu_(&result, ...) (built without BLAS_USE_CBLAS_DOT: its "
+            f"libtorch_cpu.so imports zdotu_ and no cblas_zdotu_sub), while the OpenBLAS it bundles ({bundled[0]}) returns "
+            "the result: torch.dot and torch.vdot of complex tensors are wrong (0)")  # fmt: skip
+
+
+def complex_dot_defect(path: Path) -> str | None:
+    """Why a torch wheel's complex dot products are wrong, or None: read from the wheel itself,
+    where PyTorch's configure-time probe (cmake/BLAS_ABI.cmake) chose the Fortran convention for a
+    bundled OpenBLAS, which returns complex results by value (patches/torch/0001 fixes our builds)."""
+    stat = path.stat()
+    return _complex_dot_defect(path.resolve(), stat.st_size, stat.st_mtime_ns)
+
+
 def torch_version_of(path: Path) -> str:
     """torch.__version__ as the wheel will report it (torch/version.py), e.g. 2.8.0+cpu.
 

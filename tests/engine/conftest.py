@@ -24,8 +24,9 @@ from pathlib import Path
 import docker
 import pytest
 
-from torchstack import engine
+from torchstack import engine, sharing
 from torchstack.model import ROOT, load_catalog
+from torchstack.sources import state_dir
 
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 
@@ -90,6 +91,13 @@ def bridge_address(network_attrs: dict) -> str:
     return config.get("Gateway") or str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
 
 
+def leftovers_of(client, owner: str) -> list[str]:
+    """What the run `owner` (sharing.identity) left: its containers, its build contexts."""
+    containers = [c.name for c in client.containers.list(all=True, filters={"label": f"{sharing.LABEL}={owner}"})]
+    contexts = [str(p) for p in (state_dir() / "contexts").glob(owner.replace("/", "+") + "+*")]
+    return containers + contexts
+
+
 def untag(client, fragment: str) -> None:
     """Remove every image name holding `fragment` (an image other names share only loses the name)."""
     for image in client.images.list():
@@ -143,7 +151,7 @@ def pytest_collection_finish(session):
     if session.config.option.collectonly or not any("arm64_build" in getattr(i, "fixturenames", ()) for i in session.items):
         return
     folder = Path(tempfile.mkdtemp(prefix="torchstack-arm64-"))
-    _ARM64.update(summary=folder / "summary.json", output=open(folder / "output.log", "w+"))
+    _ARM64.update(folder=folder, summary=folder / "summary.json", output=open(folder / "output.log", "w+"))
     _ARM64["process"] = subprocess.Popen(
         [sys.executable, str(ROOT / "build.py"), *ARM64_ARGS, "--json", str(_ARM64["summary"]), "--recheck", "--quiet"],
         cwd=ROOT, stdout=_ARM64["output"], stderr=subprocess.STDOUT,
@@ -151,8 +159,18 @@ def pytest_collection_finish(session):
 
 
 def pytest_sessionfinish(session):
-    if "process" in _ARM64 and _ARM64["process"].poll() is None:
-        _ARM64["process"].kill()
+    """The background arm64 build, if still running, is cancelled as CI cancels a job (SIGTERM: it
+    removes what it started); its folder goes."""
+    if "process" in _ARM64:
+        if _ARM64["process"].poll() is None:
+            _ARM64["process"].terminate()
+            try:
+                _ARM64["process"].wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                _ARM64["process"].kill()
+                _ARM64["process"].wait()
+        _ARM64["output"].close()
+        shutil.rmtree(_ARM64["folder"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

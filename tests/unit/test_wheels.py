@@ -5,7 +5,7 @@ import zipfile
 import pytest
 
 from torchstack.errors import UsageProblem
-from torchstack.wheels import pip_conf_text, pip_index_settings
+from torchstack.wheels import complex_dot_defect, pip_conf_text, pip_index_settings
 
 
 def make_wheel(folder, name, files):
@@ -71,3 +71,23 @@ def test_a_package_index_becomes_pip_settings():
     )
     with pytest.raises(UsageProblem, match="not an http"):
         pip_index_settings("/srv/wheels")
+
+
+@pytest.mark.parametrize(
+    ("library", "bundled", "wrong"),
+    [
+        (b"\0zdotu_\0cdotu_\0", "torch.libs/libopenblasp-r0-121ca252.3.30.so", True),  # PyPI's torch 2.8.0 aarch64
+        (b"\0zdotu_\0cblas_zdotu_sub\0", "torch.libs/libopenblasp-r0-121ca252.3.30.so", False),  # BLAS_USE_CBLAS_DOT
+        (b"\0zdotu_\0", None, False),  # no OpenBLAS bundled (MKL linked in, as x86_64 wheels)
+    ],
+)
+def test_a_wheel_whose_complex_dot_is_wrong_is_found_from_its_own_library(tmp_path, library, bundled, wrong):
+    path = tmp_path / "torch-2.8.0-cp311-cp311-manylinux_2_28_aarch64.whl"
+    with zipfile.ZipFile(path, "w") as wheel:
+        wheel.writestr("torch/lib/libtorch_cpu.so", b"\x7fELF" + bytes(1 << 20) + library + bytes(64))
+        if bundled:
+            wheel.writestr(bundled, b"\x7fELF")
+    found = complex_dot_defect(path)
+    assert (found is not None) == wrong, found
+    if wrong:
+        assert "torch.dot and torch.vdot of complex tensors are wrong" in found and "libopenblasp-r0-121ca252.3.30.so" in found

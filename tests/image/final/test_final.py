@@ -172,12 +172,19 @@ def test_torch_names_the_blas_and_lapack_the_plan_promised(torch_report, ours):
     print(f"BLAS_INFO={found['BLAS_INFO']} LAPACK_INFO={found['LAPACK_INFO']} (promised: {promise})")
 
 
-def test_complex_dot_and_mm_agree_with_a_reference_without_blas(torch_report):
+def test_complex_dot_and_mm_agree_with_a_reference_without_blas(torch_report, ours):
     """torch.dot, vdot and mm of complex tensors (BLAS's cdotu_/zdotc_/cgemm_) equal plain Python
-    arithmetic (complex_blas.py): a torch built with the wrong complex-dot convention fails here."""
+    arithmetic (complex_blas.py): a torch built with the wrong complex-dot convention fails here.
+    A prebuilt torch the build found that defect in (build-info torch_defects, read from the
+    wheel, and said as a warning) must show exactly it: dot and vdot wrong, mm right."""
     found = torch_report["complex_blas"]
-    assert not found["problems"], "complex BLAS results are wrong:\n" + "\n".join(found["problems"])
     assert len(found["checked"]) == 6, found["checked"]
+    known = ours.get("torch_defects", {}).get("complex-dot")
+    if known:
+        wrong = {line.split()[0] for line in found["problems"]}
+        assert wrong == {"dot", "vdot"}, f"the build said complex dots are wrong ({known}); found: {found['problems']}"
+        pytest.xfail(f"as the build warned: {known}")
+    assert not found["problems"], "complex BLAS results are wrong:\n" + "\n".join(found["problems"])
     print(f"complex BLAS agrees with the reference: {', '.join(found['checked'])}")
 
 

@@ -1,0 +1,92 @@
+"""One build host, many runs: builds at once, and a run cancelled during its checks (a run cancelled
+during a stage build: test_build.py; what the whole test run leaves: tests/conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.engine.conftest import X86_ARGS, leftovers_of, run_build_py, untag, x86_wheelhouse
+from torchstack import sharing
+from torchstack.model import ROOT
+
+pytestmark = pytest.mark.engine
+
+
+def _start(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(ROOT / "build.py"), *args], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+
+
+def test_three_builds_at_once_end_alike_and_the_slim_one_ships_no_compiler(client, x86_build, tmp_path):
+    """As parallel CI jobs on one host start them: the slim runtime twice (one final stage to build:
+    the second waits for the first, saying so, then takes its image) and the README's image again.
+    --runtime slim is the same chain with a final image without the toolchain: its checks pass
+    only if torch.compile is refused with InvalidCxxCompiler and no compiler is left."""
+    wheels = x86_wheelhouse()
+    requests = {"slim": ["--runtime", "slim", "--recheck"], "slim again": ["--runtime", "slim"], "full": []}
+    runs = {name: _start(*X86_ARGS, "--torch-wheel", wheels, *extra, "--json", str(tmp_path / f"{name}.json"))
+            for name, extra in requests.items()}  # fmt: skip
+    said = {name: run.communicate(timeout=1800) for name, run in runs.items()}
+    try:
+        for name, run in runs.items():
+            assert run.returncode == 0, f"{name}: {said[name][1][-3000:]}"
+        built = {name: json.loads((tmp_path / f"{name}.json").read_text()) for name in runs}
+        assert built["slim"]["image_id"] == built["slim again"]["image_id"]
+        assert built["full"]["image_id"] == x86_build["image_id"]
+        assert "waiting for " in said["slim"][1] + said["slim again"][1], "neither slim build waited for the other"
+        slim = built["slim"]
+        assert slim["final_image"] == x86_build["final_image"].replace("-onednn-", "-onednn-slim-")
+        assert "failed" not in slim["checks"] and "passed" in slim["checks"], slim["checks"]
+        statuses = {s["stage"]: s["status"] for s in slim["stages"]}
+        # Only the final stage differs: the chain the x86 build made is reused as it is.
+        assert [statuses[stage] for stage in ("base", "libs", "tools", "dev")] == ["cached"] * 4, statuses
+        image = client.images.get(slim["final_image"])
+        assert image.id == slim["image_id"] and image.labels["io.torchstack.runtime"] == "slim"
+        full_size = client.images.get(x86_build["final_image"]).attrs["Size"]
+        print(f"final image {full_size / 2**20:,.0f} MiB, slim {image.attrs['Size'] / 2**20:,.0f} MiB: "
+              f"torch.compile's toolchain is {(full_size - image.attrs['Size']) / 2**20:,.0f} MiB")  # fmt: skip
+        assert image.attrs["Size"] < full_size
+    finally:
+        untag(client, "-slim-")
+
+
+# Ctrl-C: the run removes what it started. SIGKILL (what a CI runner sends when SIGTERM was not
+# enough): nothing can run, so the next run on the host removes what the killed one left.
+@pytest.mark.parametrize(("sent", "code"), [(signal.SIGINT, 130), (signal.SIGKILL, -9)])
+def test_a_run_stopped_during_its_checks_leaves_no_container_no_tag_no_context_and_the_rebuild_is_cached(
+    client, x86_build, unique_tag, tmp_path, sent, code
+):
+    build = _start(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--tag", unique_tag, "--recheck")
+    owner = sharing.identity(build.pid)
+    for line in build.stderr:
+        if line.startswith("torchstack: checking "):
+            break
+    deadline = time.monotonic() + 120
+    while not client.containers.list(filters={"label": f"{sharing.LABEL}={owner}"}):
+        assert time.monotonic() < deadline and build.poll() is None, "the checks started no container"
+        time.sleep(0.5)
+    time.sleep(2)
+    build.send_signal(sent)
+    _, rest = build.communicate(timeout=120)
+    assert build.returncode == code, rest
+    if sent == signal.SIGINT:
+        assert rest.strip().splitlines()[-1] == "torchstack: error: interrupted", rest[-2000:]
+        assert not leftovers_of(client, owner)
+    else:
+        assert leftovers_of(client, owner), "a SIGKILLed run left nothing: the test proves nothing"
+        time.sleep(2)  # its checks' pytest ends with it (sharing.die_with_parent), leaving its containers
+    assert not [t for image in client.images.list() for t in image.tags if t.endswith(f":{unique_tag}")]
+
+    summary = tmp_path / "again.json"
+    again = run_build_py(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--tag", unique_tag, "--no-test", "--json", str(summary))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert [s["status"] for s in json.loads(summary.read_text())["stages"]] == ["cached"] * 5
+    assert not leftovers_of(client, owner)
+    if sent == signal.SIGKILL:
+        assert "torchstack: removed what ended runs left behind: " in again.stderr, again.stderr[-2000:]
