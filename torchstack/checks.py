@@ -94,6 +94,17 @@ def stage_lineage(catalog: Catalog, stage: str) -> list[str]:
     return names
 
 
+def _summary(result: subprocess.CompletedProcess, output: str, select: str | None, stage: str) -> str:
+    """pytest's counts ("36 passed, 1 xfailed"); a -k that selects nothing, or that pytest refuses, is a usage error."""
+    counts = re.findall(r"(\d+) (passed|failed|xfailed|skipped|error|deselected)", output.splitlines()[-1] if output else "")
+    if select and result.returncode == NO_TESTS_COLLECTED:
+        raise UsageProblem(f"-k {select!r} selects none of the checks of a {stage} image")
+    if select and result.returncode == USAGE_ERROR:
+        said = [line for line in result.stderr.splitlines() if line.startswith("ERROR:")]
+        raise UsageProblem(f"-k {select!r}: {said[-1].removeprefix('ERROR: ') if said else 'pytest refuses it'}")
+    return ", ".join(f"{n} {word}" for n, word in counts) if counts else f"pytest exit status {result.returncode}"
+
+
 def run_checks(
     client: docker.DockerClient,
     engine: Engine,
@@ -145,13 +156,7 @@ def run_checks(
         sharing.remove_containers(client)
     seconds = time.monotonic() - started
     output = result.stdout or ""
-    counts = re.findall(r"(\d+) (passed|failed|xfailed|skipped|error|deselected)", output.splitlines()[-1] if output else "")
-    summary = ", ".join(f"{n} {word}" for n, word in counts) if counts else f"pytest exit status {result.returncode}"
-    if select and result.returncode == NO_TESTS_COLLECTED:
-        raise UsageProblem(f"-k {select!r} selects none of the checks of a {stage} image")
-    if select and result.returncode == USAGE_ERROR:
-        said = [line for line in result.stderr.splitlines() if line.startswith("ERROR:")]
-        raise UsageProblem(f"-k {select!r}: {said[-1].removeprefix('ERROR: ') if said else 'pytest refuses it'}")
+    summary = _summary(result, output, select, stage)
     if not quiet:
         print(output, end="")
     if result.returncode not in (0, 1):

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import functools
 import sys
-import tempfile
 from pathlib import Path
 
 import click
@@ -12,203 +10,14 @@ import docker.errors
 from click.core import ParameterSource
 
 from torchstack import __version__, sharing, tags
-from torchstack.connection import ENGINES, choose, connect, refuse_for
+from torchstack.connection import choose, connect
 from torchstack.errors import DataError, ToolkitError, UsageProblem
 from torchstack.model import Catalog, load_catalog
-from torchstack.plan import Plan, Request
-from torchstack.planner import env_line, make_plan
-from torchstack.selection import BUILD_TYPES, BUILDERS, RUNTIMES
+from torchstack.options import build_options, check_json_file, engine_option, plan_options, request_from, writable_folder
+from torchstack.plan import Request
+from torchstack.planner import make_plan
+from torchstack.reports import backend_details, format_inspection, format_plan
 from torchstack.sharing import Terminated
-from torchstack.sources import state_dir
-from torchstack.wheels import pip_index_settings
-
-
-def _parse_pins(values: tuple[str, ...]) -> dict[str, str]:
-    pins = {}
-    for value in values:
-        name, sep, version = value.partition("=")
-        if not sep or not name or not version:
-            raise click.BadParameter(f"{value!r}: expected COMPONENT=VERSION, e.g. openblas=0.3.28")
-        pins[name] = version
-    return pins
-
-
-engine_option = click.option(
-    "--engine", type=click.Choice(ENGINES), default="auto", show_default=True, envvar="TORCHSTACK_ENGINE",
-    help="The container engine: docker, or podman (its API service: `podman system service`). auto: the one "
-    "DOCKER_HOST (or Podman's CONTAINER_HOST) names, else Docker's socket if present, else Podman's. "
-    "Default: $TORCHSTACK_ENGINE.")
-
-
-def plan_options(catalog: Catalog):
-    """The options that describe a build, shared by build, plan, render and fetch."""
-    with_alternatives = [c for c in catalog.components.values() if c.alternatives]
-    options = [
-        click.option("--build-type", type=click.Choice(BUILD_TYPES), default="full", show_default=True,
-                     help="Stage to build, with whatever it needs (pytorch = final)."),
-        click.option("--backend", help=f"One of: {', '.join(sorted(catalog.backends))}. Default per architecture."),
-        click.option("--build-target", default="generic", show_default=True,
-                     help="CPU to tune for: generic, native, custom, or a named target (see `list targets`)."),
-        click.option("--arch", help="Image architecture (default: the target's, the backend's, or this host's)."),
-        click.option("--custom-target", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                     help="YAML file with one target entry, for --build-target custom."),
-        click.option("--jobs", type=click.IntRange(min=1), help="Parallel compile jobs (default: bounded by cores and memory)."),
-        click.option("--torch-version", help="PyTorch version (default: the pinned one, or the wheel's)."),
-        click.option("--source-version", "source_versions", multiple=True, metavar="COMPONENT=VERSION",
-                     help="Another pinned version of a component, e.g. openblas=0.3.28."),
-        click.option("--release", help="Release in the tag, rYY.MM (default: this UTC month)."),
-        click.option("--repository", default="torchstack", show_default=True, help="Image repository name."),
-        click.option("--tag", help="Use this tag instead of the computed release tag."),
-        click.option("--distribution", help=f"Debian release: {', '.join(sorted(catalog.distributions))}."),
-        click.option("--base-image", help="OS image to start from instead of the bootstrapped Debian (Debian-family)."),
-        click.option("--torch-wheel", help="With --torch-from wheel: a .whl file, a folder of wheels, a URL, or 'index'."),
-        click.option("--plugin-wheel", "plugin_wheels", multiple=True, metavar="FILE|DIR|NAME==VERSION",
-                     help="A vendor plugin wheel to install into the final image (repeat for several): a .whl file, a "
-                     "folder of them, or NAME==VERSION from the package index. One whose torch requirement excludes "
-                     "the image's torch is refused before anything is built."),
-        click.option("--runtime", type=click.Choice(RUNTIMES), default=RUNTIMES[0], show_default=True,
-                     help="full: the final image ships the C++ compiler, Python headers and openssl that torch.compile "
-                     "needs at run time. slim: without them (torch.compile is refused), for sites that forbid compilers."),
-        engine_option,
-        click.option("--builder", type=click.Choice(BUILDERS), default="auto", show_default=True,
-                     help="docker: the Docker SDK's builder, any engine. buildx: BuildKit, with a ccache cache mount "
-                     "and the CA as a secret. auto: buildx when compiling PyTorch and buildx is installed."),
-    ]
-    for component in with_alternatives:
-        options.append(
-            click.option(f"--{component.name}-from", f"from_{component.name}", type=click.Choice(component.methods),
-                         default="source", show_default=True, help=f"Where {component.name} comes from.")
-        )
-
-    def decorate(func):
-        for option in reversed(options):
-            func = option(func)
-        return func
-
-    return decorate
-
-
-def _resolve_builder(choice: str, methods: dict[str, str], engine_kind: str) -> str:
-    if choice != "auto":
-        return choice
-    if engine_kind == "podman":
-        return "docker"  # Podman's builder, behind the legacy build API
-    from torchstack.engine import buildx_available
-
-    return "buildx" if methods.get("torch", "source") == "source" and buildx_available() else "docker"
-
-
-def request_from(options: dict) -> Request:
-    methods = {k.removeprefix("from_"): v for k, v in options.items() if k.startswith("from_") and v != "source"}
-    builder = options["builder"]
-    engine_kind = choose(options.get("engine") or "auto").kind
-    refuse_for(engine_kind, options)
-    for option, why in (("buildx_builder", "names a BuildKit builder"), ("ccache_dir", "moves BuildKit's compiler cache")):
-        if options.get(option):
-            if builder == "docker":
-                raise UsageProblem(f"--{option.replace('_', '-')} {why}: use it with --builder buildx (or auto)")
-            builder = "buildx"
-    return Request(
-        builder=_resolve_builder(builder, methods, engine_kind),
-        build_type=options["build_type"],
-        backend=options["backend"],
-        build_target=options["build_target"],
-        arch=options["arch"],
-        custom_target=options["custom_target"],
-        jobs=options["jobs"],
-        torch_version=options["torch_version"],
-        release=options["release"],
-        repository=options["repository"],
-        tag=options["tag"],
-        methods=methods,
-        versions=_parse_pins(options["source_versions"]),
-        torch_wheel=options["torch_wheel"],
-        distribution=options["distribution"],
-        base_image=options["base_image"],
-        runtime=options["runtime"],
-        plugin_wheels=tuple(options.get("plugin_wheels") or ()),
-        plugin_cache=state_dir() / "plugins",
-    )
-
-
-def format_plan(plan: Plan) -> str:
-    lines = [
-        f"release tag   {plan.release_tag}",
-        f"final image   {plan.final_image}",
-        f"architecture  {plan.arch.name} ({plan.platform}){' emulated on this ' + plan.host_arch + ' host' if plan.emulated else ''}",
-        f"backend       {plan.backend.name}: {plan.backend.description}",
-        f"target        {plan.target.name}: {plan.target.flag}" + (f"  [{plan.target_note}]" if plan.target_note else ""),
-        f"compiler      CFLAGS={plan.cflags}  (GCC {plan.distribution.gcc}, {plan.distribution.name})",
-        f"torch         {plan.torch_version}",
-        f"jobs          {plan.jobs} (PyTorch MAX_JOBS {plan.torch_jobs})" + (f"  [{plan.jobs_note}]" if plan.jobs_note else ""),
-        f"builder       {plan.builder}" + (" (BuildKit: ccache cache mount, CA as a secret)" if plan.builder == "buildx" else ""),
-        f"runtime       {plan.runtime}: " + ("with" if plan.runtime == "full" else "without")
-        + " what torch.compile needs; " + (env_line(plan.payload.env) or "no environment defaults"),
-        f"base image    {plan.base_image}" + (" (bootstrapped from the Debian archive if absent)" if plan.base_is_bootstrapped else ""),
-        "components",
-    ]
-    for c in plan.components:
-        how = {"source": "compiled from source", "distro": "Debian packages", "wheel": "prebuilt wheel"}[c.method]
-        pin = f", sha256 {c.source.sha256[:12]}… ({c.source.sha256_from})" if c.source else ""
-        lines.append(f"  {c.name:<9} {c.version:<10} {how}{pin}")
-    for p in plan.plugins:
-        found = f"{p.wheel.path.name}, sha256 {p.wheel.sha256[:12]}…" if p.wheel else "downloaded and checked when the build starts"
-        lines.append(f"plugin        {p.requirement} ({p.why}; {found})")
-    lines.append("stages")
-    for stage in plan.stages:
-        lines.append(f"  {stage.name:<6} {stage.image}")
-        lines.append(f"         FROM {stage.parent_image}" + "".join(f"; copies from {i}" for i in stage.copies.values()))
-        for c in stage.components:
-            if c.env:
-                lines.append(f"         {c.name}: {env_line(c.env)}")
-    return "\n".join(lines)
-
-
-def backend_details(catalog: Catalog, backend) -> list[str]:
-    """What `list backends` says under a backend: targets, what it needs from the CPU, its plugins."""
-    targets = [t.name for t in catalog.targets if t.arch in backend.arches and t.name in (backend.targets or (t.name,))]
-    lines = [f"targets: {', '.join(dict.fromkeys(targets))}"]
-    if backend.cpu_wants:
-        lines.append(f"CPU: wants {', '.join(backend.cpu_wants.features)}: {backend.cpu_wants.why}")
-    for name in backend.plugins:
-        plugin = catalog.plugins[name]
-        lines.append(f"plugin: {name} ({plugin.vendor}) {', '.join(plugin.versions)}: {plugin.description}")
-    probes = [*backend.probes, *(f"{p} ({a})" for a in backend.arches for p in catalog.architectures[a].probes)]
-    if probes:
-        lines.append(f"reports at run time: {', '.join(probes)}")
-    return lines
-
-
-def format_inspection(report: dict) -> str:
-    """`inspect`'s summary for a person."""
-    info, toolkit = report["build_info"], report["build_info"].get("toolkit") or {}
-    lines = [
-        f"image         {report['image']} ({report['id'][:19]}, built {report['created'][:19]}Z)",
-        f"release tag   {info.get('release_tag', '(a stage image)')}"
-        + ("" if report["labels_agree"] or "release_tag" not in info else "  [labels disagree with it]"),
-        f"torch         {info.get('torch_version', '-')} on {info.get('backend', '(a stage image: any backend)')}, "
-        f"{info['arch']}, {info['distribution']}",
-        f"target        {info.get('target', '(nothing compiled for one)')}: {info.get('target_flag', '-')}"
-        + (f"  (CFLAGS {info['cflags']})" if info.get("cflags") else ""),
-        f"toolkit       torchstack {toolkit.get('version', '?')}, revision {toolkit.get('revision') or 'unknown'}",
-        "components",
-    ]
-    for name, c in info["components"].items():
-        how = {"source": "compiled here", "distro": "Debian packages", "wheel": "prebuilt wheel"}[c["method"]]
-        lines.append(f"  {name:<9} {c['version']:<12} {how}")
-        if c.get("source"):
-            lines.append(f"            {c['source']['url']}")
-            lines.append(f"            sha256 {c['source']['sha256']} ({c['source']['sha256_from']})")
-            patches = ", ".join(p["name"] for p in c.get("patches", [])) or "none"
-            lines.append(f"            patches: {patches}")
-    sbom = report["sbom"]
-    if sbom is None:
-        lines.append("sbom          none in this image")
-    else:
-        versions = ", ".join(f"{k} {v}" for k, v in sbom["key_versions"].items())
-        lines.append(f"sbom          {sbom['format']}, {sbom['python_packages']} Python packages ({versions}), "
-                     f"{sbom['debian_packages']} Debian packages; the whole of it: {report['sbom_path']}")  # fmt: skip
-    return "\n".join(lines)
 
 
 def _fail(message: str, code: int) -> None:
@@ -237,18 +46,6 @@ class ToolkitGroup(click.Group):
         return None
 
 
-def _check_index_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    if value:
-        pip_index_settings(value)
-    return value
-
-
-def _check_cache_registry(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    from torchstack.publish import check_registry
-
-    return check_registry(value, "--cache-from") if value else None
-
-
 def _refuse_options_before(ctx: click.Context) -> None:
     """Options given before a command belong to a build, which the command does not run: refused,
     not ignored (`./build.py --backend zdnn plan` would print the default backend's plan)."""
@@ -260,64 +57,12 @@ def _refuse_options_before(ctx: click.Context) -> None:
                            f"(`./build.py {command} --help` lists its options)")  # fmt: skip
 
 
-def _writable_folder(folder: Path, option: str, given: Path) -> None:
-    """Refuse, before any work, a place no file can be written to (made if missing)."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as exc:
-        raise UsageProblem(f"{option} {given}: cannot write in {folder}: {exc.strerror or exc}") from None
-
-
-def _check_json_file(path: Path | None) -> None:
-    if path is not None:
-        _writable_folder(path.parent, "--json", path)
-
-
-def make_cli(catalog: Catalog) -> click.Group:
-    with_plan = plan_options(catalog)
-
-    def build_options(func):
-        @click.option("--no-cache", is_flag=True, help="Build every step again.")
-        @click.option("--dry-run", is_flag=True, help="Print the plan; touch no Docker engine.")
-        @click.option("--no-test", is_flag=True, help="Skip the image checks after the final stage.")
-        @click.option("--recheck", is_flag=True,
-                      help="Run the image checks even if they passed on this image ID with the same checks before.")
-        @click.option("--quiet", is_flag=True, help="No live view; print only the result.")
-        @click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path),
-                      help="Write a machine-readable summary (images, tags, sizes, times) here.")
-        @click.option("--ca-bundle", type=click.Path(exists=True, dir_okay=False, path_type=Path), envvar="PIP_CERT",
-                      help="Extra CA bundle for pip inside builds (default: $PIP_CERT); never left in an image.")
-        @click.option("--pip-index-url", envvar="PIP_INDEX_URL", metavar="URL", callback=_check_index_url,
-                      help="Python package index for pip inside builds, e.g. a local mirror (default: $PIP_INDEX_URL); "
-                      "like the CA bundle, never left in an image.")
-        @click.option("--buildx-builder", metavar="NAME",
-                      help="With --builder buildx: build on this `docker buildx create` builder (remote, Kubernetes); "
-                      "the image comes back here for the checks.")
-        @click.option("--push", is_flag=True,
-                      help="After the checks pass, push the release image to --registry (credentials: the Docker config).")
-        @click.option("--push-stages", is_flag=True,
-                      help="With --push, push the stage images too, so other hosts' builds start from them.")
-        @click.option("--registry", metavar="HOST[:PORT]/NAMESPACE",
-                      help="Where --push sends images, e.g. ghcr.io/acme: the image becomes ghcr.io/acme/torchstack:TAG.")
-        @click.option("--cache-from", metavar="HOST[:PORT]/NAMESPACE", callback=_check_cache_registry,
-                      help="Reuse the stage images another host pushed there (--push-stages) as build cache: the "
-                      "engine reuses each step that matches and builds what changed.")
-        @click.option("--ccache-dir", type=click.Path(file_okay=False, path_type=Path),
-                      help="Keep BuildKit's compiler cache in this host folder too: loaded before the build, saved "
-                      "after it, for CI caches (implies --builder buildx).")
-        @click.option("--source-mirror", help="Folder or URL holding the pinned source files (air-gapped hosts).")
-        @click.option("--debian-mirror", help="Debian archive URL for bootstrapping the base image.")
-        @functools.wraps(func)
-        def wrapper(*args, **kwargs):
-            return func(*args, **kwargs)
-
-        return wrapper
+def _build_group(catalog: Catalog) -> click.Group:
+    """The group, which with no command runs the build itself."""
 
     @click.group(cls=ToolkitGroup, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
     @click.version_option(__version__, prog_name="torchstack")
-    @with_plan
+    @plan_options(catalog)
     @build_options
     @click.pass_context
     def cli(ctx: click.Context, **options) -> None:
@@ -329,7 +74,7 @@ def make_cli(catalog: Catalog) -> click.Group:
         if ctx.invoked_subcommand is not None:
             _refuse_options_before(ctx)
             return
-        _check_json_file(options["json_file"])
+        check_json_file(options["json_file"])
         request = request_from(options)
         plan = make_plan(catalog, request)
         pushes = []
@@ -350,30 +95,42 @@ def make_cli(catalog: Catalog) -> click.Group:
 
         run_build(catalog, request, plan, options)
 
-    @cli.command("plan")
-    @with_plan
+    return cli
+
+
+def _plan_command(catalog: Catalog) -> click.Command:
+    @click.command("plan")
+    @plan_options(catalog)
     def plan_command(**options) -> None:
         """Print the build plan: stages, images, tags, flags, and the engine a build would use. Needs no engine."""
         click.echo(format_plan(make_plan(catalog, request_from(options))))
         click.echo(f"engine        {choose(options['engine']).describe()}")
 
-    @cli.command("render")
+    return plan_command
+
+
+def _render_command(catalog: Catalog) -> click.Command:
+    @click.command("render")
     @click.option("--output", required=True, type=click.Path(file_okay=False, path_type=Path),
                   help="Folder to write one build context per stage into.")
-    @with_plan
+    @plan_options(catalog)
     def render_command(output: Path, **options) -> None:
         """Write each stage's Dockerfile and build context to a folder."""
         from torchstack.render import assemble_context
         from torchstack.sources import cached_sources
 
         plan = make_plan(catalog, request_from(options))
-        _writable_folder(output, "--output", output)
+        writable_folder(output, "--output", output)
         for stage in plan.stages:
             missing = assemble_context(plan, stage, output / stage.name, cached_sources(plan))
             note = f" (not included, fetch them with `./build.py fetch`: {', '.join(missing)})" if missing else ""
             click.echo(f"{output / stage.name / 'Dockerfile'}{note}")
 
-    @cli.command("list")
+    return render_command
+
+
+def _list_command(catalog: Catalog) -> click.Command:
+    @click.command("list")
     @click.argument("what", type=click.Choice(["backends", "targets"]))
     def list_command(what: str) -> None:
         """Show the backends or build targets and the architectures they are for."""
@@ -391,7 +148,11 @@ def make_cli(catalog: Catalog) -> click.Group:
             click.echo(f"{'native':<14} {'any':<8} resolved from this host's /proc/cpuinfo")
             click.echo(f"{'custom':<14} {'any':<8} read from --custom-target FILE")
 
-    @cli.command("matrix")
+    return list_command
+
+
+def _matrix_command(catalog: Catalog) -> click.Command:
+    @click.command("matrix")
     @click.option("--format", "form", type=click.Choice(["github", "gitlab", "json"]), default="json", show_default=True,
                   help="github: strategy.matrix (include); gitlab: parallel:matrix; json: a list of jobs.")
     @click.option("--arch", multiple=True, help="Only this architecture (repeat for several).")
@@ -406,11 +167,15 @@ def make_cli(catalog: Catalog) -> click.Group:
 
         click.echo(render(jobs(catalog, filters, torch_from=torch_from, release=release), form))
 
-    @cli.command("fetch")
+    return matrix_command
+
+
+def _fetch_command(catalog: Catalog) -> click.Command:
+    @click.command("fetch")
     @click.option("--source-mirror", help="Folder or URL to take sources from instead of upstream.")
     @click.option("--mirror-dir", type=click.Path(file_okay=False, path_type=Path),
                   help="Also copy the verified sources here, making a mirror for air-gapped hosts.")
-    @with_plan
+    @plan_options(catalog)
     def fetch_command(source_mirror: str | None, mirror_dir: Path | None, **options) -> None:
         """Download and verify the plan's pinned sources into the cache (and a mirror folder)."""
         from torchstack.sources import fetch_plan_sources
@@ -419,7 +184,11 @@ def make_cli(catalog: Catalog) -> click.Group:
         for name, path in fetch_plan_sources(plan, source_mirror, mirror_dir).items():
             click.echo(f"{name}  {path}")
 
-    @cli.command("bootstrap")
+    return fetch_command
+
+
+def _bootstrap_command(catalog: Catalog) -> click.Command:
+    @click.command("bootstrap")
     @click.option("--arch", help="Architecture (default: this host's).")
     @click.option("--distribution", default=catalog.default_distribution, show_default=True)
     @click.option("--debian-mirror", help="Debian archive URL (default: the distribution's).")
@@ -435,7 +204,11 @@ def make_cli(catalog: Catalog) -> click.Group:
         image = bootstrap.ensure_base_image(client, plan, debian_mirror, force=force)
         click.echo(image)
 
-    @cli.command("manifest")
+    return bootstrap_command
+
+
+def _manifest_command(catalog: Catalog) -> click.Command:
+    @click.command("manifest")
     @click.argument("target")
     @click.argument("sources", nargs=-1, required=True)
     @click.option("--arch", "arches", multiple=True, required=True,
@@ -462,7 +235,11 @@ def make_cli(catalog: Catalog) -> click.Group:
         digest = join_architectures(target, list(sources), expected, lambda line: click.echo(line, err=True), kind)
         click.echo(f"{target}@{digest}")
 
-    @cli.command("inspect")
+    return manifest_command
+
+
+def _inspect_command(catalog: Catalog) -> click.Command:
+    @click.command("inspect")
     @click.argument("image")
     @click.option("--json", "as_json", is_flag=True, help="Print it as JSON, for machines.")
     @engine_option
@@ -486,7 +263,11 @@ def make_cli(catalog: Catalog) -> click.Group:
         }  # fmt: skip
         click.echo(json.dumps(report, indent=2) if as_json else format_inspection(report))
 
-    @cli.command("test")
+    return inspect_command
+
+
+def _test_command(catalog: Catalog) -> click.Command:
+    @click.command("test")
     @click.argument("image")
     @click.option("--backend", help="Backend to check for, for an image without torchstack labels.")
     @click.option("--stage", help="Stage to check the image as (default: from its labels, else final).")
@@ -503,6 +284,14 @@ def make_cli(catalog: Catalog) -> click.Group:
             raise ToolkitError(f"{image}: {result.summary}")
         click.echo(f"{image}: {result.summary} in {result.seconds:.0f} s")
 
+    return test_command
+
+
+def make_cli(catalog: Catalog) -> click.Group:
+    cli = _build_group(catalog)
+    for command in (_plan_command, _render_command, _list_command, _matrix_command, _fetch_command, _bootstrap_command,
+                    _manifest_command, _inspect_command, _test_command):  # fmt: skip
+        cli.add_command(command(catalog))
     return cli
 
 

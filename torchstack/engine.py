@@ -81,40 +81,50 @@ def build_image(
         decode=True,
     )
     image_id = None
-    seen = 0
-    ran: list[str] = []
-    step_cached = True  # the step under way: its instruction is in progress.instruction
+    steps = _Steps()
     try:
         for chunk in stream:
             if "error" in chunk:
                 raise _failure(stage, progress, chunk.get("errorDetail", {}).get("message") or chunk["error"], log_path)
             if "aux" in chunk and "ID" in chunk["aux"]:
                 image_id = chunk["aux"]["ID"]
-            text = chunk.get("stream", "")
-            for line in text.splitlines():
-                stripped = line.strip()
-                match = _STEP.match(stripped)
-                if match:
-                    if not step_cached:
-                        ran.append(progress.instruction)
-                    progress.step, progress.steps, progress.instruction = int(match[1]), int(match[2]), match[3]
-                    step_cached = match[3].upper().startswith("FROM")
-                    seen += 1
-                elif _USING_CACHE.match(stripped):
-                    progress.cached_steps += 1
-                    step_cached = True
-                elif stripped:
-                    progress.tail.append(stripped)
+            for line in chunk.get("stream", "").splitlines():
+                steps.read(line.strip(), progress)
                 log(line)  # after the progress, so that a new step is shown as it starts
     finally:
         stream.close()
-    if not step_cached:
-        ran.append(progress.instruction)
+    steps.read_end(progress)
     if image_id is None:
         image_id = client.images.get(tag).id
     seconds = time.monotonic() - progress.started
-    cached = seen > 0 and not ran
-    return BuildResult(image_id=image_id, seconds=seconds, cached=cached, ran=tuple(ran))
+    return BuildResult(image_id=image_id, seconds=seconds, cached=steps.seen > 0 and not steps.ran, ran=tuple(steps.ran))
+
+
+@dataclass
+class _Steps:
+    """The legacy builder's steps as its output names them: how many, and which ran (not cached)."""
+
+    seen: int = 0
+    ran: list[str] = field(default_factory=list)
+    step_cached: bool = True  # the step under way: its instruction is in progress.instruction
+
+    def read(self, line: str, progress: BuildProgress) -> None:
+        match = _STEP.match(line)
+        if match:
+            if not self.step_cached:
+                self.ran.append(progress.instruction)
+            progress.step, progress.steps, progress.instruction = int(match[1]), int(match[2]), match[3]
+            self.step_cached = match[3].upper().startswith("FROM")
+            self.seen += 1
+        elif _USING_CACHE.match(line):
+            progress.cached_steps += 1
+            self.step_cached = True
+        elif line:
+            progress.tail.append(line)
+
+    def read_end(self, progress: BuildProgress) -> None:
+        if not self.step_cached:
+            self.ran.append(progress.instruction)
 
 
 def _failure(stage: str, progress: BuildProgress, detail: str, log_path: Path) -> BuildFailed:

@@ -272,10 +272,47 @@ def _check_and_tag(client, chosen, catalog: Catalog, plan: Plan, options: dict, 
     return release
 
 
+def _say_first(view: BuildView, plan: Plan, options: dict, chosen, notes: list[str], base_missing: bool) -> None:
+    """What the build says before its first step: the engine, what was settled, warnings."""
+    view.note(f"torchstack: engine {chosen.describe()}")
+    for note in notes:
+        view.note(note)
+    for why in torch_defects(plan).values():
+        view.note(f"torchstack: warning: {why}")
+    if plan.jobs_note:
+        view.note(f"torchstack: warning: {plan.jobs_note}")
+    if base_missing:
+        how = "bootstrapping it from the Debian archive" if plan.base_is_bootstrapped else "pulling it"
+        how = f"pulling it from {options['cache_from']}, else {how}" if options.get("cache_from") else how
+        view.note(f"torchstack: base image {plan.base_image} is not here; {how}")
+
+
+def _summary(plan: Plan, chosen, release: _Release, pushed: list, seconds: float, log_path: Path) -> dict:
+    """The build's summary, as --json writes it (with the stages)."""
+    return {
+        "release_tag": plan.release_tag,
+        "engine": {"kind": chosen.kind, "url": chosen.url, "chosen_by": chosen.why},
+        "final_image": plan.final_image if plan.stages[-1].name == RELEASE_STAGE else None,
+        "image_id": release.image_id,  # what the release (or top stage's) tag was given
+        "arch": plan.arch.name,
+        "backend": plan.backend.name,
+        "target": plan.target.name,
+        "checks": release.checks,
+        "checks_seconds": round(release.checks_seconds, 1),
+        "plugins": [p.requirement for p in plan.plugins],
+        "probes": release.probes,
+        "sbom": str(release.sbom) if release.sbom else None,
+        "pushed": [{"reference": p.reference, "digest": p.digest, "layers": p.layers, "attempts": p.attempts} for p in pushed],
+        "seconds": round(seconds, 1),
+        "log": str(log_path),
+    }
+
+
 def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> Plan:
     client, chosen = connection.connect(connection.choose(options.get("engine") or "auto"))
     connection.refuse_for(chosen.kind, {**options, "builder": plan.builder})
-    cleaned = sharing.remove_leftovers(client, sources.state_dir() / "contexts")
+    cleaned = [f"torchstack: removed what ended runs left behind: {'; '.join(left)}"
+               for left in [sharing.remove_leftovers(client, sources.state_dir() / "contexts")] if left]  # fmt: skip
     base_missing = not engine.image_exists(client, plan.base_image)
     prerequisites.require(plan, bootstrap=base_missing and plan.base_is_bootstrapped)
     cpu_notes = prerequisites.require_cpu_for_checks(plan, checks=not options.get("no_test"))
@@ -298,19 +335,7 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
     started = time.monotonic()
 
     with _run_scope(client, options, contexts) as secrets, BuildView(reports, log_path, options.get("quiet", False)) as view:
-        view.note(f"torchstack: engine {chosen.describe()}")
-        if cleaned:
-            view.note(f"torchstack: removed what ended runs left behind: {'; '.join(cleaned)}")
-        for note in (*wheel_notes, *cpu_notes):
-            view.note(note)
-        for why in torch_defects(plan).values():
-            view.note(f"torchstack: warning: {why}")
-        if plan.jobs_note:
-            view.note(f"torchstack: warning: {plan.jobs_note}")
-        if base_missing:
-            how = "bootstrapping it from the Debian archive" if plan.base_is_bootstrapped else "pulling it"
-            how = f"pulling it from {options['cache_from']}, else {how}" if options.get("cache_from") else how
-            view.note(f"torchstack: base image {plan.base_image} is not here; {how}")
+        _say_first(view, plan, options, chosen, [*cleaned, *wheel_notes, *cpu_notes], base_missing)
         with _lock(plan.base_image, view):
             base = _base_image(client, plan, options, view)
         view.note(f"torchstack: base image {base}")
@@ -324,7 +349,6 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
         if ccache:
             ccache("out")
             view.note(f"torchstack: compiler cache saved to {options['ccache_dir']}")
-        top = plan.stages[-1]
         # Equal runs at once: the second waits, then finds the same image and the first's checks.
         with _lock(f"{plan.top_image} release", view):
             release = _check_and_tag(client, chosen, catalog, plan, options, view, contexts, log_path)
@@ -334,24 +358,7 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
             layers = f", {done.layers} layers, {done.already_there} already there" if done.layers else ""
             view.note(f"torchstack: pushed {done.reference} ({done.digest}{layers})")
 
-    total = time.monotonic() - started
-    summary = {
-        "release_tag": plan.release_tag,
-        "engine": {"kind": chosen.kind, "url": chosen.url, "chosen_by": chosen.why},
-        "final_image": plan.final_image if top.name == RELEASE_STAGE else None,
-        "image_id": release.image_id,  # what the release (or top stage's) tag was given
-        "arch": plan.arch.name,
-        "backend": plan.backend.name,
-        "target": plan.target.name,
-        "checks": release.checks,
-        "checks_seconds": round(release.checks_seconds, 1),
-        "plugins": [p.requirement for p in plan.plugins],
-        "probes": release.probes,
-        "sbom": str(release.sbom) if release.sbom else None,
-        "pushed": [{"reference": p.reference, "digest": p.digest, "layers": p.layers, "attempts": p.attempts} for p in pushed],
-        "seconds": round(total, 1),
-        "log": str(log_path),
-    }
+    summary = _summary(plan, chosen, release, pushed, time.monotonic() - started, log_path)
     if options.get("json_file"):
         write_json(options["json_file"], summary, reports)
     if not options.get("quiet"):

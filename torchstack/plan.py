@@ -7,7 +7,8 @@ from datetime import datetime
 from pathlib import Path
 
 from torchstack.layout import SOURCES_DIR
-from torchstack.model import Architecture, Backend, Distribution, RuntimeSetting, Source, Target
+from torchstack.component import Source
+from torchstack.model import Architecture, Backend, Distribution, RuntimeSetting, Target
 from torchstack.plugins import PluginChoice
 from torchstack.wheels import WheelSpec
 

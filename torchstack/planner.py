@@ -126,68 +126,59 @@ def _component_plans(
         component = catalog.components[name]
         alternative = component.alternatives.get(method)
         prefixes[name] = alternative.prefix if alternative and alternative.prefix else component.prefix
-    components: list[ComponentPlan] = []
-    for name, method in selection.methods.items():
-        component = catalog.components[name]
-        version = _version(component, versions.get(name), selection.torch_version, method)
-        source = component.source(version) if method == "source" else None
-        if method == "source" and source is None:
-            pinned = ", ".join(p.version for p in component.versions)
-            raise UsageProblem(
-                f"{name} {version} has no pinned, checksummed source (torchstack/data/components.yaml); "
-                f"pinned: {pinned}" + ("; or use --torch-from wheel" if name == "torch" else "")
-            )
-        tuning = getattr(selection.target, component.tuning) if component.tuning else None
-        problem = component.refuses(version, tuple(str(v) for v in tuning.model_dump().values()) if tuning else ())
-        if method == "source" and problem:
-            raise UsageProblem(problem)
-        prefix = prefixes[name]
-        compiled = method == "source"
-        alternative = component.alternatives.get(method)
-        inputs = RecipeInputs(
-            component=component,
-            method=method,
-            version=version,
-            prefix=prefix,
-            source=source,
-            target=selection.target,
-            arch=selection.arch,
-            backend=selection.backend,
-            jobs=jobs,
-            torch_jobs=torch_jobs,
-            torch_version=selection.torch_version,
-            builder=selection.builder,
-            wheel_name=selection.torch_wheel_file.name if selection.torch_wheel_file else "torch.whl",
-            exported={
-                k: v
-                for used in component.uses
-                if used in prefixes
-                for k, v in exports_of(catalog.components[used], prefixes[used]).items()
-            },
+    return tuple(
+        _component_plan(catalog, selection, name, method, versions, jobs, torch_jobs, prefixes)
+        for name, method in selection.methods.items()
+    )
+
+
+def _component_plan(catalog: Catalog, selection: Selection, name: str, method: str, versions: dict[str, str], jobs: int,
+                    torch_jobs: int, prefixes: dict[str, str | None]) -> ComponentPlan:  # fmt: skip
+    """One component's part: its version (refused where it cannot be built), its script inputs, what ships."""
+    component = catalog.components[name]
+    version = _version(component, versions.get(name), selection.torch_version, method)
+    source = component.source(version) if method == "source" else None
+    if method == "source" and source is None:
+        pinned = ", ".join(p.version for p in component.versions)
+        raise UsageProblem(
+            f"{name} {version} has no pinned, checksummed source (torchstack/data/components.yaml); "
+            f"pinned: {pinned}" + ("; or use --torch-from wheel" if name == "torch" else "")
         )
-        components.append(
-            ComponentPlan(
-                name=name,
-                method=method,
-                version=version,
-                stage=component.stage,
-                script=component.script,
-                prefix=prefix,
-                env=script_inputs(inputs),
-                source=source,
-                build_packages=(
-                    component.build_packages + (("ccache",) if inputs.ccache else ())
-                    if compiled
-                    else (alternative.build_packages if alternative else ())
-                ),
-                runtime_packages=component.runtime_packages if compiled else (alternative.runtime_packages if alternative else ()),
-                build_requirements=component.build_requirements if compiled else (),
-                runtime_requirements=component.runtime_requirements,
-                downloads=pip_requirements(inputs),
-                ships=_shipped(name, prefix, component.ships) if compiled else (),
-            )
-        )
-    return tuple(components)
+    tuning = getattr(selection.target, component.tuning) if component.tuning else None
+    problem = component.refuses(version, tuple(str(v) for v in tuning.model_dump().values()) if tuning else ())
+    if method == "source" and problem:
+        raise UsageProblem(problem)
+    prefix = prefixes[name]
+    compiled = method == "source"
+    alternative = component.alternatives.get(method)
+    inputs = RecipeInputs(
+        component=component, method=method, version=version, prefix=prefix, source=source, target=selection.target,
+        arch=selection.arch, backend=selection.backend, jobs=jobs, torch_jobs=torch_jobs,
+        torch_version=selection.torch_version, builder=selection.builder,
+        wheel_name=selection.torch_wheel_file.name if selection.torch_wheel_file else "torch.whl",
+        exported={k: v for used in component.uses if used in prefixes
+                  for k, v in exports_of(catalog.components[used], prefixes[used]).items()},
+    )  # fmt: skip
+    return ComponentPlan(
+        name=name,
+        method=method,
+        version=version,
+        stage=component.stage,
+        script=component.script,
+        prefix=prefix,
+        env=script_inputs(inputs),
+        source=source,
+        build_packages=(
+            component.build_packages + (("ccache",) if inputs.ccache else ())
+            if compiled
+            else (alternative.build_packages if alternative else ())
+        ),
+        runtime_packages=component.runtime_packages if compiled else (alternative.runtime_packages if alternative else ()),
+        build_requirements=component.build_requirements if compiled else (),
+        runtime_requirements=component.runtime_requirements,
+        downloads=pip_requirements(inputs),
+        ships=_shipped(name, prefix, component.ships) if compiled else (),
+    )
 
 
 def _shipped(component: str, prefix: str | None, patterns: tuple[str, ...]) -> tuple[ShippedLibraries, ...]:

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from torchstack.errors import DataError
 from torchstack.layout import BUILD_TREES_DIR, CCACHE_DIR, DOWNLOADS_DIR, IMAGE_PATH, PATCHES_DIR, SOURCE_TREES_DIR, SOURCES_DIR, VENV, WHEELS_DIR
-from torchstack.model import Architecture, Backend, Component, Source, Target
+from torchstack.component import Component, Source
+from torchstack.model import Architecture, Backend, Target
 
 
 @dataclass(frozen=True)

@@ -89,8 +89,8 @@ def default_methods(catalog: Catalog, backend: Backend, chosen: dict[str, str]) 
     }
 
 
-def select(catalog: Catalog, request: Request, host_arch: str) -> Selection:
-    """The request checked against the catalog and the rules, every choice resolved."""
+def _check_names(catalog: Catalog, request: Request) -> None:
+    """Every name the request gives is one the catalog knows."""
     if request.build_type not in BUILD_TYPES:
         raise _fail_choice("--build-type", request.build_type, list(BUILD_TYPES))
     if request.backend is not None and request.backend not in catalog.backends:
@@ -108,6 +108,10 @@ def select(catalog: Catalog, request: Request, host_arch: str) -> Selection:
         if name not in catalog.components:
             raise _fail_choice("component", name, sorted(catalog.components))
 
+
+def select(catalog: Catalog, request: Request, host_arch: str) -> Selection:
+    """The request checked against the catalog and the rules, every choice resolved."""
+    _check_names(catalog, request)
     arch_name, arch_why = _resolve_arch(catalog, request, host_arch)
     arch = catalog.architectures[arch_name]
     backend = catalog.backends[request.backend or arch.default_backend]

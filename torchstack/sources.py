@@ -12,7 +12,7 @@ from http.client import HTTPException
 from pathlib import Path
 
 from torchstack.errors import ChecksumMismatch, ToolkitError
-from torchstack.model import Source
+from torchstack.component import Source
 from torchstack.plan import Plan
 
 ATTEMPTS = 4

@@ -42,3 +42,16 @@ def test_each_module_says_its_one_job_in_one_sentence_without_and():
         first = doc.splitlines()[0] if doc else ""
         assert first.endswith(".") and first.count(". ") == 0, f"{path.name}: {first!r}"
         assert " and " not in first, f"{path.name}: {first!r}"
+
+
+def test_no_module_over_400_lines_and_no_function_over_60():
+    """Room to read: a module that grows past 400 lines wants to be two, a function past 60 wants a helper."""
+    long = {}
+    for path in PACKAGE.glob("*.py"):
+        text = path.read_text()
+        if text.count("\n") > 400:
+            long[path.name] = f"{text.count(chr(10))} lines"
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60:
+                long[f"{path.name}:{node.name}"] = f"{node.end_lineno - node.lineno + 1} lines"
+    assert not long, long

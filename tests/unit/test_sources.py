@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from torchstack.errors import ChecksumMismatch, ToolkitError
-from torchstack.model import Source
+from torchstack.component import Source
 from torchstack.sources import fetch_source
 
 PAYLOAD = b"pretend this is OpenBLAS-0.3.33.tar.gz\n" * 5000

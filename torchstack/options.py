@@ -1,0 +1,191 @@
+"""The options that describe a build, declared once for every command that plans one."""
+
+from __future__ import annotations
+
+import functools
+import tempfile
+from pathlib import Path
+
+import click
+
+from torchstack.connection import ENGINES, choose, refuse_for
+from torchstack.errors import UsageProblem
+from torchstack.model import Catalog
+from torchstack.plan import Request
+from torchstack.selection import BUILD_TYPES, BUILDERS, RUNTIMES
+from torchstack.sources import state_dir
+from torchstack.wheels import pip_index_settings
+
+
+def _parse_pins(values: tuple[str, ...]) -> dict[str, str]:
+    pins = {}
+    for value in values:
+        name, sep, version = value.partition("=")
+        if not sep or not name or not version:
+            raise click.BadParameter(f"{value!r}: expected COMPONENT=VERSION, e.g. openblas=0.3.28")
+        pins[name] = version
+    return pins
+
+
+engine_option = click.option(
+    "--engine", type=click.Choice(ENGINES), default="auto", show_default=True, envvar="TORCHSTACK_ENGINE",
+    help="The container engine: docker, or podman (its API service: `podman system service`). auto: the one "
+    "DOCKER_HOST (or Podman's CONTAINER_HOST) names, else Docker's socket if present, else Podman's. "
+    "Default: $TORCHSTACK_ENGINE.")
+
+
+def plan_options(catalog: Catalog):
+    """The options that describe a build, shared by build, plan, render and fetch."""
+    with_alternatives = [c for c in catalog.components.values() if c.alternatives]
+    options = [
+        click.option("--build-type", type=click.Choice(BUILD_TYPES), default="full", show_default=True,
+                     help="Stage to build, with whatever it needs (pytorch = final)."),
+        click.option("--backend", help=f"One of: {', '.join(sorted(catalog.backends))}. Default per architecture."),
+        click.option("--build-target", default="generic", show_default=True,
+                     help="CPU to tune for: generic, native, custom, or a named target (see `list targets`)."),
+        click.option("--arch", help="Image architecture (default: the target's, the backend's, or this host's)."),
+        click.option("--custom-target", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                     help="YAML file with one target entry, for --build-target custom."),
+        click.option("--jobs", type=click.IntRange(min=1), help="Parallel compile jobs (default: bounded by cores and memory)."),
+        click.option("--torch-version", help="PyTorch version (default: the pinned one, or the wheel's)."),
+        click.option("--source-version", "source_versions", multiple=True, metavar="COMPONENT=VERSION",
+                     help="Another pinned version of a component, e.g. openblas=0.3.28."),
+        click.option("--release", help="Release in the tag, rYY.MM (default: this UTC month)."),
+        click.option("--repository", default="torchstack", show_default=True, help="Image repository name."),
+        click.option("--tag", help="Use this tag instead of the computed release tag."),
+        click.option("--distribution", help=f"Debian release: {', '.join(sorted(catalog.distributions))}."),
+        click.option("--base-image", help="OS image to start from instead of the bootstrapped Debian (Debian-family)."),
+        click.option("--torch-wheel", help="With --torch-from wheel: a .whl file, a folder of wheels, a URL, or 'index'."),
+        click.option("--plugin-wheel", "plugin_wheels", multiple=True, metavar="FILE|DIR|NAME==VERSION",
+                     help="A vendor plugin wheel to install into the final image (repeat for several): a .whl file, a "
+                     "folder of them, or NAME==VERSION from the package index. One whose torch requirement excludes "
+                     "the image's torch is refused before anything is built."),
+        click.option("--runtime", type=click.Choice(RUNTIMES), default=RUNTIMES[0], show_default=True,
+                     help="full: the final image ships the C++ compiler, Python headers and openssl that torch.compile "
+                     "needs at run time. slim: without them (torch.compile is refused), for sites that forbid compilers."),
+        engine_option,
+        click.option("--builder", type=click.Choice(BUILDERS), default="auto", show_default=True,
+                     help="docker: the Docker SDK's builder, any engine. buildx: BuildKit, with a ccache cache mount "
+                     "and the CA as a secret. auto: buildx when compiling PyTorch and buildx is installed."),
+    ]
+    for component in with_alternatives:
+        options.append(
+            click.option(f"--{component.name}-from", f"from_{component.name}", type=click.Choice(component.methods),
+                         default="source", show_default=True, help=f"Where {component.name} comes from.")
+        )
+
+    def decorate(func):
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return decorate
+
+
+def _check_index_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value:
+        pip_index_settings(value)
+    return value
+
+
+def _check_cache_registry(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    from torchstack.publish import check_registry
+
+    return check_registry(value, "--cache-from") if value else None
+
+
+def build_options(func):
+    """The options of a build alone (not of plan, render or fetch): how it runs, where it pushes."""
+    @click.option("--no-cache", is_flag=True, help="Build every step again.")
+    @click.option("--dry-run", is_flag=True, help="Print the plan; touch no Docker engine.")
+    @click.option("--no-test", is_flag=True, help="Skip the image checks after the final stage.")
+    @click.option("--recheck", is_flag=True,
+                  help="Run the image checks even if they passed on this image ID with the same checks before.")
+    @click.option("--quiet", is_flag=True, help="No live view; print only the result.")
+    @click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path),
+                  help="Write a machine-readable summary (images, tags, sizes, times) here.")
+    @click.option("--ca-bundle", type=click.Path(exists=True, dir_okay=False, path_type=Path), envvar="PIP_CERT",
+                  help="Extra CA bundle for pip inside builds (default: $PIP_CERT); never left in an image.")
+    @click.option("--pip-index-url", envvar="PIP_INDEX_URL", metavar="URL", callback=_check_index_url,
+                  help="Python package index for pip inside builds, e.g. a local mirror (default: $PIP_INDEX_URL); "
+                  "like the CA bundle, never left in an image.")
+    @click.option("--buildx-builder", metavar="NAME",
+                  help="With --builder buildx: build on this `docker buildx create` builder (remote, Kubernetes); "
+                  "the image comes back here for the checks.")
+    @click.option("--push", is_flag=True,
+                  help="After the checks pass, push the release image to --registry (credentials: the Docker config).")
+    @click.option("--push-stages", is_flag=True,
+                  help="With --push, push the stage images too, so other hosts' builds start from them.")
+    @click.option("--registry", metavar="HOST[:PORT]/NAMESPACE",
+                  help="Where --push sends images, e.g. ghcr.io/acme: the image becomes ghcr.io/acme/torchstack:TAG.")
+    @click.option("--cache-from", metavar="HOST[:PORT]/NAMESPACE", callback=_check_cache_registry,
+                  help="Reuse the stage images another host pushed there (--push-stages) as build cache: the "
+                  "engine reuses each step that matches and builds what changed.")
+    @click.option("--ccache-dir", type=click.Path(file_okay=False, path_type=Path),
+                  help="Keep BuildKit's compiler cache in this host folder too: loaded before the build, saved "
+                  "after it, for CI caches (implies --builder buildx).")
+    @click.option("--source-mirror", help="Folder or URL holding the pinned source files (air-gapped hosts).")
+    @click.option("--debian-mirror", help="Debian archive URL for bootstrapping the base image.")
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
+def _resolve_builder(choice: str, methods: dict[str, str], engine_kind: str) -> str:
+    if choice != "auto":
+        return choice
+    if engine_kind == "podman":
+        return "docker"  # Podman's builder, behind the legacy build API
+    from torchstack.engine import buildx_available
+
+    return "buildx" if methods.get("torch", "source") == "source" and buildx_available() else "docker"
+
+
+def request_from(options: dict) -> Request:
+    methods = {k.removeprefix("from_"): v for k, v in options.items() if k.startswith("from_") and v != "source"}
+    builder = options["builder"]
+    engine_kind = choose(options.get("engine") or "auto").kind
+    refuse_for(engine_kind, options)
+    for option, why in (("buildx_builder", "names a BuildKit builder"), ("ccache_dir", "moves BuildKit's compiler cache")):
+        if options.get(option):
+            if builder == "docker":
+                raise UsageProblem(f"--{option.replace('_', '-')} {why}: use it with --builder buildx (or auto)")
+            builder = "buildx"
+    return Request(
+        builder=_resolve_builder(builder, methods, engine_kind),
+        build_type=options["build_type"],
+        backend=options["backend"],
+        build_target=options["build_target"],
+        arch=options["arch"],
+        custom_target=options["custom_target"],
+        jobs=options["jobs"],
+        torch_version=options["torch_version"],
+        release=options["release"],
+        repository=options["repository"],
+        tag=options["tag"],
+        methods=methods,
+        versions=_parse_pins(options["source_versions"]),
+        torch_wheel=options["torch_wheel"],
+        distribution=options["distribution"],
+        base_image=options["base_image"],
+        runtime=options["runtime"],
+        plugin_wheels=tuple(options.get("plugin_wheels") or ()),
+        plugin_cache=state_dir() / "plugins",
+    )
+
+
+def writable_folder(folder: Path, option: str, given: Path) -> None:
+    """Refuse, before any work, a place no file can be written to (made if missing)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise UsageProblem(f"{option} {given}: cannot write in {folder}: {exc.strerror or exc}") from None
+
+
+def check_json_file(path: Path | None) -> None:
+    if path is not None:
+        writable_folder(path.parent, "--json", path)
