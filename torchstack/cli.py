@@ -103,8 +103,14 @@ def _plan_command(catalog: Catalog) -> click.Command:
     @plan_options(catalog)
     def plan_command(**options) -> None:
         """Print the build plan: stages, images, tags, flags, and the engine a build would use. Needs no engine."""
-        click.echo(format_plan(make_plan(catalog, request_from(options))))
+        from torchstack.prerequisites import require_cpu_for_checks
+
+        plan = make_plan(catalog, request_from(options))
+        click.echo(format_plan(plan))
         click.echo(f"engine        {choose(options['engine']).describe()}")
+        # On a CPU that lacks the target's features: what each compiled component's build runs here.
+        for note in require_cpu_for_checks(plan, checks=False):
+            click.echo(note.removeprefix("torchstack: "))
 
     return plan_command
 

@@ -52,6 +52,15 @@ class Since(Frozen):
     seen: str
 
 
+class HostRun(Frozen):
+    """A program a component's build runs on the build host, and what becomes of it on a CPU that
+    lacks the target's features (a target this host cannot execute), with where that is read."""
+
+    runs: str
+    without_the_target_cpu: str
+    seen: str
+
+
 class Alternative(Frozen):
     prefix: str | None = None
     requirements: tuple[str, ...] = ()  # what pip installs for it ("{version}": the component's)
@@ -88,6 +97,9 @@ class Component(Frozen):
     # list is from: custom targets are held to it (selection.tuning_problem).
     tuning_values: dict[str, dict[str, tuple[str, ...]]] = {}
     tuning_values_from: str | None = None
+    # What its build runs on the build host (configure-time probes, self-tests, code generators),
+    # said before a build for a target this host's CPU cannot execute.
+    host_runs: tuple[HostRun, ...] = ()
     script: str
     # The versions its script can build (a specifier), and why no other: a pin outside is refused.
     script_builds: str | None = None

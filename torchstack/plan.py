@@ -7,7 +7,7 @@ from datetime import datetime
 from pathlib import Path
 
 from torchstack.layout import SOURCES_DIR
-from torchstack.component import Source
+from torchstack.component import HostRun, Source
 from torchstack.model import Architecture, Backend, Distribution, RuntimeSetting, Target
 from torchstack.plugins import PluginChoice
 from torchstack.wheels import WheelSpec
@@ -68,6 +68,7 @@ class ComponentPlan:
     runtime_requirements: tuple[str, ...] = ()  # pip constraints for the packages it pulls in
     downloads: tuple[str, ...] = ()  # what its stage's fetch step downloads for it (recipes.pip_requirements)
     ships: tuple[ShippedLibraries, ...] = ()
+    host_runs: tuple[HostRun, ...] = ()  # what its build runs on the build host, when compiled
 
     @property
     def source_path(self) -> str | None:

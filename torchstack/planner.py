@@ -178,6 +178,7 @@ def _component_plan(catalog: Catalog, selection: Selection, name: str, method: s
         runtime_requirements=component.runtime_requirements,
         downloads=pip_requirements(inputs),
         ships=_shipped(name, prefix, component.ships) if compiled else (),
+        host_runs=component.host_runs if compiled else (),
     )
 
 

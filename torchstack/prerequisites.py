@@ -88,12 +88,16 @@ def require_cpu_for_checks(plan: Plan, checks: bool, cpuinfo: str | None = None)
             f"{said}: the image would not start here, so its checks cannot run; build with --no-test "
             "and check it where it runs (./build.py test IMAGE)"
         )
-    notes = [f"torchstack: note: {said}; the build compiles for it without running it (OpenBLAS: CROSS=1)"]
-    torch = plan.component("torch")
-    if torch is not None and torch.method == "source" and plan.build_type in ("dev", RELEASE_STAGE):
-        notes.append(
-            "torchstack: note: PyTorch's own build runs programs it compiles with the target's flags "
-            "(code generators, protoc), which may die of SIGILL on this CPU: compile torch on a CPU "
-            "with these features, or take it from a wheel (--torch-from wheel)"
-        )
-    return notes
+    return [f"torchstack: note: {said}; the build compiles for it without running it", *host_run_notes(plan)]
+
+
+def host_run_notes(plan: Plan) -> list[str]:
+    """What the compiled components' builds run on this host, and what becomes of each on a CPU
+    that cannot execute the target's code (components.yaml host_runs): one line each."""
+    built = {s.name for s in plan.stages}
+    return [
+        f"torchstack: note: {c.name}'s build runs {run.runs} on this host: {run.without_the_target_cpu}"
+        for c in plan.components
+        if c.stage in built
+        for run in c.host_runs
+    ]

@@ -97,19 +97,24 @@ def test_a_checked_build_for_a_cpu_this_host_lacks_is_refused_before_any_work(pl
     with pytest.raises(prerequisites.UsageProblem, match=r"lacks avx512f, avx512bw.*build with --no-test and check it where it runs"):
         prerequisites.require_cpu_for_checks(plan, checks=True, cpuinfo=avx2_host)
     notes = prerequisites.require_cpu_for_checks(plan, checks=False, cpuinfo=avx2_host)
-    assert notes == ["torchstack: note: this host's CPU lacks avx512f, avx512bw, avx512cd, avx512dq, avx512vl, which "
-                     "x86-64-v4 code (-march=x86-64-v4) may use; the build compiles for it without running it (OpenBLAS: CROSS=1)"]  # fmt: skip
+    assert notes[0] == ("torchstack: note: this host's CPU lacks avx512f, avx512bw, avx512cd, avx512dq, avx512vl, which "
+                        "x86-64-v4 code (-march=x86-64-v4) may use; the build compiles for it without running it")  # fmt: skip
+    # Then, per compiled component, what its build runs here (components.yaml host_runs): OpenBLAS's and numpy's.
+    assert [n.split("'s build runs ")[0] for n in notes[1:]] == ["torchstack: note: openblas"] * 2 + ["torchstack: note: numpy"]
+    assert "may die of SIGILL and stop the tools stage" in notes[3]
     assert prerequisites.require_cpu_for_checks(plan, checks=True, cpuinfo=(CPUINFO / "x86-avx512-amd.txt").read_text()) == []
 
 
 def test_a_torch_source_build_for_a_cpu_this_host_lacks_is_warned_about(plan_for):
     plan = x86_plan(plan_for, build_target="x86-64-v4", build_type="dev")
     notes = prerequisites.require_cpu_for_checks(plan, checks=True, cpuinfo=(CPUINFO / "x86-avx2.txt").read_text())
-    assert len(notes) == 2 and "PyTorch's own build runs programs it compiles" in notes[1]
+    torch = [n for n in notes if n.startswith("torchstack: note: torch's build runs ")]
+    assert len(torch) == 2 and "patches/torch/0001 sets BLAS_USE_CBLAS_DOT" in torch[0] and "SIGILL" in torch[1]
 
 
 def test_libs_only_and_emulated_builds_are_not_held_to_this_cpu(plan_for, arm64_on_x86):
     libs = x86_plan(plan_for, build_target="x86-64-v4", build_type="libs")
-    assert len(prerequisites.require_cpu_for_checks(libs, checks=True, cpuinfo=(CPUINFO / "x86-avx2.txt").read_text())) == 1
+    # the libs stage alone: OpenBLAS's two, not numpy's nor torch's
+    assert len(prerequisites.require_cpu_for_checks(libs, checks=True, cpuinfo=(CPUINFO / "x86-avx2.txt").read_text())) == 3
     emulated = arm64_on_x86(build_target="neoverse-v1")
     assert prerequisites.require_cpu_for_checks(emulated, checks=True, cpuinfo=(CPUINFO / "x86-avx2.txt").read_text()) == []
