@@ -61,6 +61,15 @@ class HostRun(Frozen):
     seen: str
 
 
+class OwnTest(Frozen):
+    """A part of a component's own test suite, run from the source tree the dev image keeps."""
+
+    file: str  # under the source tree
+    select: str | None = None  # pytest's -k
+    needs: Literal["mkldnn"] | None = None  # only for a backend whose torch has it
+    why: str
+
+
 class Alternative(Frozen):
     prefix: str | None = None
     requirements: tuple[str, ...] = ()  # what pip installs for it ("{version}": the component's)
@@ -97,6 +106,11 @@ class Component(Frozen):
     # list is from: custom targets are held to it (selection.tuning_problem).
     tuning_values: dict[str, dict[str, tuple[str, ...]]] = {}
     tuning_values_from: str | None = None
+    # Its own tests, run against what was compiled (the dev stage's checks), with the packages they
+    # need pinned (downloaded with the build's, installed only where the checks run them).
+    own_tests: tuple[OwnTest, ...] = ()
+    own_tests_from: str | None = None
+    test_requirements: tuple[PinnedPackage, ...] = ()
     # What its build runs on the build host (configure-time probes, self-tests, code generators),
     # said before a build for a target this host's CPU cannot execute.
     host_runs: tuple[HostRun, ...] = ()
@@ -145,6 +159,9 @@ class Component(Frozen):
         if self.ships and not self.prefix:
             raise ValueError("ships needs a prefix (the patterns are under it)")
         return self
+
+    def own_tests_for(self, mkldnn: bool) -> tuple[OwnTest, ...]:
+        return tuple(t for t in self.own_tests if t.needs is None or (t.needs == "mkldnn" and mkldnn))
 
     @property
     def default_version(self) -> str:

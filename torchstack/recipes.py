@@ -52,12 +52,14 @@ def script_inputs(inputs: RecipeInputs) -> dict[str, str]:
 
 
 def pip_requirements(inputs: RecipeInputs) -> tuple[str, ...]:
-    """What the component's step installs with pip: its build requirements when compiled, else
-    its alternative's requirements. The stage's fetch step downloads them; the step installs
+    """What the component's step installs with pip: its build requirements when compiled (and
+    what its own tests need, which the dev stage's checks install), else its alternative's requirements. The stage's fetch step downloads them; the step installs
     them offline (`_offline`)."""
     if inputs.compiles:
         installer = (inputs.component.installer,) if inputs.component.installer else ()
-        return (*installer, *inputs.component.build_requirements)
+        # Its own tests install it, with what it pulls in, beside what they need (tests/image/dev).
+        tests = (*c.test_requirements, *c.runtime_requirements) if (c := inputs.component).own_tests else ()
+        return (*installer, *inputs.component.build_requirements, *tests)
     alternative = inputs.component.alternatives.get(inputs.method)
     return tuple(r.format(version=inputs.version) for r in alternative.requirements) if alternative else ()
 
