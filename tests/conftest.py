@@ -84,8 +84,15 @@ def _host_state() -> dict[str, set[str]]:
     return state
 
 
+def _checks_an_image(config) -> bool:
+    """A run of the image checks (tests/image, started by `./build.py test` or a build), not of the
+    project's tests: the host is not its own to judge, other runs work on it meanwhile."""
+    return getattr(config.option, "image", None) is not None
+
+
 def pytest_sessionstart(session):
-    session.config.stash[HOST_BEFORE] = _host_state()
+    if not _checks_an_image(session.config):
+        session.config.stash[HOST_BEFORE] = _host_state()
 
 
 @pytest.hookimpl(trylast=True)

@@ -124,9 +124,10 @@ def remove_leftovers(client: docker.DockerClient, folders: Path) -> list[str]:
 
 
 @contextlib.contextmanager
-def lock(folder: Path, name: str, waiting: Callable[[str], None]) -> Iterator[None]:
+def lock(folder: Path, name: str, waiting: Callable[[str], None], doing: str | None = None) -> Iterator[None]:
     """Hold the lock `name` (an image or folder name) among this host's runs; `waiting` is told
-    once, in one line, when another run holds it and this one waits."""
+    once, in one line, when another run holds it (`doing`: what that run does, default building
+    `name`) and this one waits."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / (re.sub(r"[^A-Za-z0-9_.-]+", "_", name) + ".lock")
     with open(path, "a+") as handle:
@@ -137,7 +138,7 @@ def lock(folder: Path, name: str, waiting: Callable[[str], None]) -> Iterator[No
                 raise
             handle.seek(0)
             holder = handle.read().strip() or "another run"
-            waiting(f"torchstack: waiting for {holder}, which is building {name} on this host")
+            waiting(f"torchstack: waiting for {holder}, which is {doing or f'building {name}'} on this host")
             fcntl.flock(handle, fcntl.LOCK_EX)
         handle.seek(0)
         handle.truncate()

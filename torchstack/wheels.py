@@ -145,7 +145,7 @@ def download_wheel(
     for key, value in pip_index_settings(index_url).items() if index_url else ():
         command += [f"--{key}", value]
     # One pip at a time into a folder: another run's pip may be writing the very file.
-    with sharing.lock(dest, ".download", lambda line: print(line, file=sys.stderr)):
+    with sharing.lock(dest, ".download", lambda line: print(line, file=sys.stderr), f"downloading into {dest}"):
         result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
