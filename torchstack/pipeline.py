@@ -76,16 +76,21 @@ def _run_scope(client, options: dict, contexts: Path) -> Iterator[BuildSecrets]:
     """The build's secrets, in a private temporary folder. It, the run's own build contexts (which
     may hold copies for the legacy builder) and every container the run started are removed
     however the build ends: done, failed, Ctrl-C or SIGTERM."""
-    with tempfile.TemporaryDirectory(prefix="torchstack-secrets-") as folder:
-        pip_conf = None
+    # Every temporary file of the run goes into its private folder, which the next run removes if
+    # this one is killed (sharing.remove_leftovers): the secrets, the bootstrapped root file system.
+    tempfile.tempdir = str(contexts)
+    folder = contexts / "secrets"
+    folder.mkdir(mode=0o700)
+    pip_conf = None
+    try:
         if options.get("pip_index_url"):
-            pip_conf = Path(folder) / "pip.conf"
+            pip_conf = folder / "pip.conf"
             pip_conf.write_text(pip_conf_text(options["pip_index_url"]))
-        try:
-            yield BuildSecrets(ca_bundle=options.get("ca_bundle"), pip_conf=pip_conf)
-        finally:
-            shutil.rmtree(contexts, ignore_errors=True)
-            sharing.remove_containers(client)
+        yield BuildSecrets(ca_bundle=options.get("ca_bundle"), pip_conf=pip_conf)
+    finally:
+        tempfile.tempdir = None
+        shutil.rmtree(contexts, ignore_errors=True)
+        sharing.remove_containers(client)
 
 
 def _probe(client, plan: Plan, image: str) -> dict:

@@ -376,6 +376,12 @@ def podman_engine(registry: str) -> Iterator[dict]:
         wait_for_engine(service, env["CONTAINER_HOST"], folder / "podman.log", "Podman's service")
         yield env
     finally:
+        # Its containers first (a test cut short leaves some running): their conmon and processes
+        # would outlive the service and hold the storage's mounts.
+        with contextlib.suppress(docker.errors.DockerException):
+            for container in docker.DockerClient(base_url=env["CONTAINER_HOST"]).containers.list(all=True):
+                with contextlib.suppress(docker.errors.DockerException):
+                    container.remove(force=True)
         stop(service)
         log.close()
         # conmon starts a `podman container cleanup` for each container that ends, which may come
@@ -384,6 +390,8 @@ def podman_engine(registry: str) -> Iterator[dict]:
             if subprocess.run(["pgrep", "-f", str(folder)], capture_output=True).returncode != 0:
                 break
             time.sleep(0.5)
+        else:
+            subprocess.run(["pkill", "-KILL", "-f", str(folder)], capture_output=True)
         # Podman's storage bind-mounts its overlay folder and leaves it mounted when the service stops.
         mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
         for mount in sorted((m for m in mounts if m.startswith(f"{folder}/")), reverse=True):
