@@ -17,6 +17,12 @@ WHEELS_DIR = f"{TOOLKIT_DIR}/wheels"  # the torch wheel the dev stage builds or 
 SOURCE_TREES_DIR = f"{TOOLKIT_DIR}/src"  # the dev image's unpacked, patched sources (no build tree)
 EXAMPLES_DIR = f"{TOOLKIT_DIR}/examples"  # the final image's examples (examples/ in the repository)
 BUILD_INFO = f"{TOOLKIT_DIR}/build-info.json"
+# The final image's pins for the images built on it: every distribution of the venv at its exact
+# version (local label kept: torch==2.13.0+cpu), which the image's installer reads as constraints
+# (PIP_CONSTRAINT, UV_CONSTRAINT), so a child's install adds packages and moves none of these.
+PINS = f"{TOOLKIT_DIR}/constraints.txt"
+# The installer's own tools: not pinned, so that a child may upgrade them.
+INSTALLER_TOOLS = ("pip", "setuptools", "wheel")
 ENTRYPOINT = f"{TOOLKIT_DIR}/entrypoint.sh"
 ENTRYPOINT_CONF = f"{TOOLKIT_DIR}/entrypoint.conf"
 # The final image's start-up hook (scripts/torchstack_startup.py): every Python process of the venv

@@ -84,6 +84,7 @@ class Payload:
     packages: tuple[str, ...]  # Debian packages
     python_constraints: tuple[str, ...]  # name==version pins torch and its dependencies install at
     settings: dict[str, RuntimeSetting]  # environment settings, default or documented
+    installer: bool = True  # pip stays, held by the image's pins (layout.PINS); runtime "slim": none
 
     @property
     def library_dirs(self) -> list[str]:

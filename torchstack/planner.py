@@ -193,8 +193,8 @@ def _shipped(component: str, prefix: str | None, patterns: tuple[str, ...]) -> t
 
 def _payload(selection: Selection, components: tuple[ComponentPlan, ...]) -> Payload:
     """What the final image carries: every planned component's shipped libraries and Debian
-    packages, the runtime settings' packages, what torch.compile needs (runtime "full"), and the
-    pins torch installs at."""
+    packages, the runtime settings' packages, what torch.compile needs and the installer (runtime
+    "full"), and the pins torch installs at."""
     packages = {p for c in components for p in c.runtime_packages}
     packages |= {*selection.arch.runtime.packages, *selection.backend.runtime.packages}
     if selection.runtime == "full":
@@ -206,6 +206,7 @@ def _payload(selection: Selection, components: tuple[ComponentPlan, ...]) -> Pay
             *(r for c in components for r in c.runtime_requirements), *(r for p in selection.plugins for r in p.requirements)
         })),  # fmt: skip
         settings={**selection.arch.runtime.env, **selection.backend.runtime.env},
+        installer=selection.runtime == "full",
     )
 
 

@@ -17,7 +17,8 @@ BUILD_TYPES = ("base", "libs", "tools", "dev", "final", "full", "pytorch")
 BUILD_TYPE_ALIASES = {"full": "final", "pytorch": "final"}
 BUILDERS = ("auto", "docker", "buildx")
 # The final image's runtime: "full" ships what torch.compile needs at run time (a C++ compiler,
-# the Python headers, openssl); "slim" leaves it out, for sites that forbid compilers.
+# the Python headers, openssl) and an installer for images built on it (pip, held by the image's
+# pins); "slim" leaves both out, for sites that forbid compilers and installs at run time.
 RUNTIMES = ("full", "slim")
 
 

@@ -119,6 +119,18 @@ def test_the_final_stage_ships_no_build_stage_files(plan_for):
     assert "COPY --from=install /opt/venv /opt/venv" in runtime
 
 
+@pytest.mark.parametrize("runtime", ["full", "slim"])
+def test_the_full_runtime_keeps_pip_held_by_the_images_pins_and_slim_has_no_installer(plan_for, runtime):
+    plan = plan_for(methods={"openblas": "distro"}, runtime=runtime)
+    build, final = render_dockerfile(plan, plan.stage("final"), NO_SECRETS).rsplit("\nFROM ", 1)
+    pins = "/opt/torchstack/constraints.txt"
+    assert f"pip\" list --format=freeze --exclude pip --exclude setuptools --exclude wheel > {pins}" in build
+    assert f"COPY --from=install {pins} {pins}" in final
+    held = f"ENV PIP_CONSTRAINT={pins} UV_CONSTRAINT={pins}" in final
+    removed = "pip\" uninstall --yes pip" in build
+    assert (held, removed) == ((True, False) if runtime == "full" else (False, True))
+
+
 def test_context_holds_what_the_dockerfile_copies(plan_for, tmp_path):
     plan = plan_for(backend="zdnn", build_target="z16")
     sources = {}

@@ -316,10 +316,46 @@ def test_no_headers_sources_or_wheels(host, labels):
     assert not leftovers, f"left in the final image: {leftovers[:20]}"
 
 
-def test_no_pip_and_no_pip_caches(host, user_host):
-    assert user_host.run("python3 -m pip --version").rc != 0, "pip is still installed in the final image"
+def test_the_installer_is_what_the_runtime_promises_and_no_pip_caches(host, user_host, ours):
+    """A "full" image keeps pip for the images built on it, held by the image's pins (pip's and
+    uv's constraints); a "slim" one has no installer. Neither keeps pip's caches."""
+    has_pip = user_host.run("python3 -m pip --version").rc == 0
+    if ours["runtime"] == "full":
+        assert has_pip, "runtime full, but pip is missing: no image can be built on this one"
+        env = user_host.run("printenv PIP_CONSTRAINT UV_CONSTRAINT").stdout.split()
+        assert env == [layout.PINS] * 2, f"PIP_CONSTRAINT and UV_CONSTRAINT should name {layout.PINS}: {env}"
+    else:
+        assert not has_pip, "pip is still installed in a slim image"
     caches = host.run("ls -d /root/.cache/pip /home/*/.cache/pip /tmp/pip-* 2>/dev/null").stdout.split()
     assert not caches, f"pip caches left: {caches}"
+
+
+def test_the_pins_are_what_the_venv_holds(host, python):
+    """layout.PINS lists every distribution of the venv at its exact version (the installer's own
+    tools aside), torch and numpy among them: what images built on this one keep."""
+    pins = host.file(layout.PINS)
+    assert pins.exists, f"no {layout.PINS}: images built on this one would keep nothing"
+    pinned = {canonicalize_name(n): v for n, _, v in (line.partition("==") for line in pins.content_string.split())}
+    found = json.loads(python("import importlib.metadata as m, json; "
+                              "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"))  # fmt: skip
+    installed = {canonicalize_name(n): v for n, v in found.items() if canonicalize_name(n) not in layout.INSTALLER_TOOLS}
+    assert pinned == installed, (
+        f"pinned only: {sorted(set(pinned.items()) - set(installed.items()))[:5]}, "
+        f"installed only: {sorted(set(installed.items()) - set(pinned.items()))[:5]}"
+    )
+    assert {"torch", "numpy"} <= set(pinned), f"torch or numpy not pinned: {sorted(pinned)}"
+
+
+def test_the_installer_cannot_move_torch_or_numpy(user_host, ours):
+    """pip in the image refuses another torch or numpy, naming the image's pin (offline: the pins
+    decide before any index is asked)."""
+    if ours["runtime"] != "full":
+        pytest.skip("a slim image has no installer")
+    for other in ("torch==2.0.1", "numpy==1.26.4"):
+        result = user_host.run(f"python3 -m pip install --dry-run --no-index {other}")
+        said = result.stdout + result.stderr
+        name = other.partition("==")[0]
+        assert result.rc != 0 and f"(constraint) {name}==" in said, f"pip install {other} (exit {result.rc}):\n{said[-1500:]}"
 
 
 @pytest.mark.side_by_side("ca-bundles")

@@ -1,0 +1,56 @@
+"""Images built on ours: a child `FROM` the release image adds a package that needs torch, with no
+network, and keeps our torch's files; another torch is refused, naming the image's pin (README:
+"Building on the image")."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from torchstack import layout, sharing
+
+pytestmark = pytest.mark.engine
+
+# The torch package's files, each with its digest: equal output, the very same torch.
+TORCH_FILES = ("cd \"$(python3 -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))')\" "
+               "&& find torch torch-*.dist-info -type f -print0 | sort -z | xargs -0 sha256sum")  # fmt: skip
+
+
+def _run(client, image: str, command: str, user: str | None = None) -> tuple[int, str]:
+    container = client.containers.run(image, ["-c", command], entrypoint=["bash"], user=user, detach=True,
+                                      network_mode="none", labels=sharing.labels())  # fmt: skip
+    try:
+        code = container.wait(timeout=300)["StatusCode"]
+        return code, container.logs().decode()
+    finally:
+        container.remove(force=True)
+
+
+def test_a_child_image_adds_a_package_that_needs_torch_and_keeps_our_torch(client, x86_build, plugin_wheels, tmp_path, unique_tag):
+    parent = x86_build["final_image"]
+    wanted, other = plugin_wheels["compile_backend"], plugin_wheels["old_torch"]  # torch>=2.4; torch==2.0.1
+    for wheel in (wanted, other):
+        shutil.copy(wheel, tmp_path / wheel.name)
+    # As the README's child Dockerfile, offline: pip finds torch installed and the pins hold it.
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {parent}\nUSER 0\nCOPY *.whl /tmp/\nRUN pip install --no-index /tmp/{wanted.name}\nUSER 1000:1000\n"
+    )
+    child = f"torchstack-child:{unique_tag}"
+    client.images.build(path=str(tmp_path), tag=child, network_mode="none", rm=True)
+    try:
+        code, added = _run(client, child, "pip show torchstack-test-compile && pip check")
+        assert code == 0, added
+        code, ours = _run(client, parent, TORCH_FILES)
+        assert code == 0 and ours.count("torch/") > 1000, ours[-1500:]
+        code, theirs = _run(client, child, TORCH_FILES)
+        assert code == 0 and theirs == ours, "the child's torch files differ from the image's"
+
+        for asked, says in ((f"/tmp/{other.name}", "depends on torch==2.0.1"), ("torch==2.12.0", "The user requested torch==2.12.0")):
+            code, said = _run(client, child, f"pip install --no-index {asked}", user="0")
+            assert code != 0, said[-1500:]
+            assert says in said and "The user requested (constraint) torch==" in said, said[-1500:]
+        code, pins = _run(client, child, f"cat {layout.PINS}")
+        assert "torchstack-test-compile" not in pins, "the child's addition changed the parent's pins"
+    finally:
+        client.images.remove(child, force=True)
