@@ -9,6 +9,7 @@ from __future__ import annotations
 import email.parser
 import functools
 import hashlib
+import io
 import re
 import zipfile
 from dataclasses import dataclass
@@ -64,6 +65,7 @@ class PluginWheel:
     requirements: tuple[str, ...]  # pinned dependencies the catalog knows
     vendor: str | None
     sha256: str
+    needs: tuple[str, ...] = ()  # the shared libraries its compiled modules need (ELF DT_NEEDED)
 
     @property
     def key(self) -> str:
@@ -120,6 +122,19 @@ def _entry_points(text: str) -> dict[str, list[str]]:
     return groups
 
 
+def _needed(data: bytes) -> list[str]:
+    """The shared libraries an ELF file needs (its dynamic section's DT_NEEDED); none for a non-ELF."""
+    # Imported here: 70 ms that every other command would pay at start-up.
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    try:
+        dynamic = ELFFile(io.BytesIO(data)).get_section_by_name(".dynamic")
+        return [tag.needed for tag in dynamic.iter_tags() if tag.entry.d_tag == "DT_NEEDED"] if dynamic else []
+    except ELFError:
+        return []
+
+
 @functools.lru_cache(maxsize=32)
 def _read(path: Path, size: int, mtime_ns: int) -> tuple[dict, str]:
     try:
@@ -133,6 +148,7 @@ def _read(path: Path, size: int, mtime_ns: int) -> tuple[dict, str]:
             entry = wheel.read(f"{folder}/entry_points.txt").decode() if f"{folder}/entry_points.txt" in names else ""
             top = wheel.read(f"{folder}/top_level.txt").decode().split() if f"{folder}/top_level.txt" in names else []
             packages = sorted({n.split("/", 1)[0] for n in names if "/" in n and not n.split("/", 1)[0].endswith((".dist-info", ".data"))})
+            needs = sorted({lib for n in names if re.search(r"\.so(\.|$)", n) for lib in _needed(wheel.read(n))})
     except zipfile.BadZipFile:
         raise UsageProblem(f"--plugin-wheel {path.name}: not a wheel (not a zip file)") from None
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
@@ -144,6 +160,7 @@ def _read(path: Path, size: int, mtime_ns: int) -> tuple[dict, str]:
         "requires": metadata.get_all("Requires-Dist") or [],
         "entry_points": _entry_points(entry),
         "modules": top or packages,
+        "needs": needs,
     }
     return fields, digest
 
@@ -192,12 +209,22 @@ def read_wheel(path: Path, catalog: Catalog, arch: str, python: str) -> PluginWh
         requirements=known.requirements if known else (),
         vendor=known.vendor if known else None,
         sha256=digest,
+        needs=tuple(fields["needs"]),
     )
 
 
 def check_torch(wheel: PluginWheel, torch_version: str, catalog: Catalog) -> None:
     """Refuse a plugin that cannot work with the image's torch: one whose Requires-Dist on torch
-    excludes it, or a known plugin whose version pairs with another torch release."""
+    excludes it, one built against a CUDA torch (its metadata cannot say so: the libraries its
+    compiled modules need do), or a known plugin whose version pairs with another torch release."""
+    torch = catalog.components["torch"]
+    cuda = [lib for lib in wheel.needs if lib.startswith(torch.wheel_excludes)]
+    if cuda:
+        raise UsageProblem(
+            f"plugin {wheel.name} {wheel.version} is built against a CUDA torch (its compiled modules need "
+            f"{', '.join(cuda)}), and this image's torch {torch_version} is a CPU build: it would import, then fail "
+            f"at its first operator. Use its CPU build (PyTorch's CPU index: {torch.alternatives['wheel'].index})"
+        )
     for text in wheel.requires_torch:
         specifier = Requirement(text).specifier
         if not specifier.contains(torch_version, prereleases=True):

@@ -104,3 +104,39 @@ def test_a_known_plugins_wheel_for_another_torch_is_refused_by_its_version(plan_
         archive.writestr("zentorch/__init__.py", "")
     with pytest.raises(UsageProblem, match=r"zentorch 2.12.0.1 is built for torch 2.12.0 .*zentorch==2.13.0.2 pairs"):
         plan_for(arch="x86_64", plugin_wheels=(str(wheel),))
+
+
+def _wheel_built_against(tmp_path, torch_libraries: list[str]):
+    """A wheel like torchvision's: requires torch 2.13.0, with a compiled module (made by gcc) that
+    needs `torch_libraries` (stand-ins made by gcc too), as a wheel built against that torch would."""
+    work = tmp_path / "build"
+    work.mkdir()
+    (work / "stub.c").write_text("int stub(void) { return 0; }\n")
+    for library in torch_libraries:
+        subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(work / f"lib{library}.so"), str(work / "stub.c")], check=True)
+    links = [f"-l{library}" for library in torch_libraries]
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(work / "_C.so"), str(work / "stub.c"), f"-L{work}", "-Wl,--no-as-needed", *links],
+                   check=True)  # fmt: skip
+    wheel = tmp_path / "fakevision-0.1.0-cp311-cp311-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as out:
+        out.writestr("fakevision-0.1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: fakevision\nVersion: 0.1.0\n"
+                     "Requires-Dist: torch (==2.13.0)\n")  # fmt: skip
+        out.write(work / "_C.so", "fakevision/_C.so")
+    return wheel
+
+
+def test_a_wheel_built_against_a_cuda_torch_is_refused_in_one_line_before_any_build(tmp_path):
+    """Its Requires-Dist (torch==2.13.0) admits the image's 2.13.0+cpu; what gives it away is what its
+    compiled module needs, as PyPI's torchvision 0.28.0 needs libtorch_cuda.so."""
+    wheel = _wheel_built_against(tmp_path, ["torch_cpu", "torch_cuda", "c10_cuda"])
+    result = run_cli("--dry-run", "--plugin-wheel", str(wheel))
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "fakevision 0.1.0 is built against a CUDA torch (its compiled modules need libc10_cuda.so, libtorch_cuda.so)" in result.stderr
+    assert "this image's torch 2.13.0" in result.stderr and "is a CPU build" in result.stderr and "download.pytorch.org/whl/cpu" in result.stderr
+
+
+def test_a_wheel_built_against_a_cpu_torch_fits(catalog, plan_for, tmp_path):
+    wheel = _wheel_built_against(tmp_path, ["torch_cpu", "c10"])
+    assert {"libtorch_cpu.so", "libc10.so"} <= set(read_wheel(wheel, catalog, "x86_64", "3.11").needs)
+    assert [p.requirement for p in plan_for(plugin_wheels=(str(wheel),)).plugins] == ["fakevision==0.1.0"]
