@@ -23,6 +23,9 @@ BUILD_INFO = f"{TOOLKIT_DIR}/build-info.json"
 PINS = f"{TOOLKIT_DIR}/constraints.txt"
 # The installer's own tools: not pinned, so that a child may upgrade them.
 INSTALLER_TOOLS = ("pip", "setuptools", "wheel")
+# The system CA store (Debian's ca-certificates), which the image's pip trusts instead of the CA
+# bundle it vendors (pip/_vendor/certifi/cacert.pem becomes a link to it, as Debian's own pip does).
+SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 ENTRYPOINT = f"{TOOLKIT_DIR}/entrypoint.sh"
 ENTRYPOINT_CONF = f"{TOOLKIT_DIR}/entrypoint.conf"
 # The final image's start-up hook (scripts/torchstack_startup.py): every Python process of the venv

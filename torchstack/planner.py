@@ -199,6 +199,7 @@ def _payload(selection: Selection, components: tuple[ComponentPlan, ...]) -> Pay
     packages |= {*selection.arch.runtime.packages, *selection.backend.runtime.packages}
     if selection.runtime == "full":
         packages |= {p.format(python=selection.distribution.python) for p in selection.distribution.compile_packages}
+        packages |= set(selection.distribution.installer_packages)
     return Payload(
         libraries=tuple(lib for c in components for lib in c.ships),
         packages=tuple(sorted(packages)),

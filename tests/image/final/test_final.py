@@ -318,12 +318,18 @@ def test_no_headers_sources_or_wheels(host, labels):
 
 def test_the_installer_is_what_the_runtime_promises_and_no_pip_caches(host, user_host, ours):
     """A "full" image keeps pip for the images built on it, held by the image's pins (pip's and
-    uv's constraints); a "slim" one has no installer. Neither keeps pip's caches."""
+    uv's constraints) and trusting the system CA store; a "slim" one has no installer. Neither
+    keeps pip's caches."""
     has_pip = user_host.run("python3 -m pip --version").rc == 0
     if ours["runtime"] == "full":
         assert has_pip, "runtime full, but pip is missing: no image can be built on this one"
         env = user_host.run("printenv PIP_CONSTRAINT UV_CONSTRAINT").stdout.split()
         assert env == [layout.PINS] * 2, f"PIP_CONSTRAINT and UV_CONSTRAINT should name {layout.PINS}: {env}"
+        vendored = host.run(f"find {layout.VENV} -path '*/pip/_vendor/certifi/cacert.pem'").stdout.split()
+        assert vendored and all(host.file(f).linked_to == layout.SYSTEM_CA_BUNDLE for f in vendored), (
+            f"pip's CA bundle {vendored} should be a link to the system store {layout.SYSTEM_CA_BUNDLE}"
+        )
+        assert host.file(layout.SYSTEM_CA_BUNDLE).exists, f"no system CA store ({layout.SYSTEM_CA_BUNDLE}) for pip to trust"
     else:
         assert not has_pip, "pip is still installed in a slim image"
     caches = host.run("ls -d /root/.cache/pip /home/*/.cache/pip /tmp/pip-* 2>/dev/null").stdout.split()
