@@ -37,9 +37,10 @@ def tag_variants(catalog: Catalog, selection: Selection, request: Request) -> tu
         for name, version in request.versions.items()
         if name in selection.methods and version != catalog.components[name].default_version
     ]
-    # Plugins the user brings make another image than the backend's own: another tag.
+    # Plugins and libraries the user adds make another image than the backend's own: another tag.
+    backend_own = f"backend {selection.backend.name}"
     variants += [
-        tags.tag_safe(f"{p.key}-{p.requirement.split('==', 1)[1]}") for p in selection.plugins if p.why == "--plugin-wheel"
+        tags.tag_safe(f"{p.key}-{p.requirement.split('==', 1)[1]}") for p in selection.plugins if p.why != backend_own
     ]
     return tuple(variants)
 

@@ -167,18 +167,30 @@ class Backend(Frozen):
 
 
 class Plugin(Frozen):
-    """A vendor plugin wheel the toolkit knows (plugins.yaml)."""
+    """A wheel built on torch that the toolkit knows (plugins.yaml): a vendor plugin, or a domain
+    library (`--with`)."""
 
     name: str
     vendor: str
     description: str
+    library: bool = False  # a domain library, installed with --with NAME
     module: str | None = None
     versions: tuple[str, ...] = ()
-    torch_pairing: Literal["version-prefix"] | None = None
+    torch_pairing: Literal["version-prefix", "table"] | None = None
+    torch_lines: dict[str, str] = {}  # table: each version's torch release line ("2.13")
+    pairing_from: str | None = None  # where the pairing is published
     compile_backends: tuple[str, ...] = ()
     devices: tuple[str, ...] = ()
     requirements: tuple[PinnedPackage, ...] = ()
+    checks: tuple[str, ...] = ()  # files of tests/image/final/ the final checks run in the image
     on_pypi: bool = True
+
+    @model_validator(mode="after")
+    def _every_version_paired(self) -> Plugin:
+        unpaired = [v for v in self.versions if self.torch_pairing == "table" and v not in self.torch_lines]
+        if unpaired:
+            raise ValueError(f"torch_pairing table: no torch_lines entry for {', '.join(unpaired)}")
+        return self
 
     @property
     def import_name(self) -> str:
@@ -188,10 +200,15 @@ class Plugin(Frozen):
         """The pinned version that pairs with `torch_version` (its release, local label dropped)."""
         return next((v for v in self.versions if self.pairs(v, torch_version)), None)
 
+    def torch_line(self, version: str) -> str | None:
+        """The torch release (line) `version` is built for; None where the pairing does not say."""
+        if self.torch_pairing == "version-prefix":
+            return version.rsplit(".", 1)[0]
+        return self.torch_lines.get(version) if self.torch_pairing == "table" else None
+
     def pairs(self, version: str, torch_version: str) -> bool:
-        if self.torch_pairing != "version-prefix":
-            return True
-        return version.startswith(torch_version.split("+")[0] + ".")
+        line, release = self.torch_line(version), torch_version.split("+")[0]
+        return line is None or release == line or release.startswith(line + ".")
 
 
 class Stage(Frozen):

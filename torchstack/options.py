@@ -60,6 +60,9 @@ def plan_options(catalog: Catalog):
                      help="A vendor plugin wheel to install into the final image (repeat for several): a .whl file, a "
                      "folder of them, or NAME==VERSION from the package index. One whose torch requirement excludes "
                      "the image's torch is refused before anything is built."),
+        click.option("--with", "libraries", multiple=True, metavar="LIBRARY[,LIBRARY]",
+                     help=f"Domain libraries for the final image, at the version paired with its torch: "
+                     f"{', '.join(sorted(n for n, p in catalog.plugins.items() if p.library))}."),
         click.option("--runtime", type=click.Choice(RUNTIMES), default=RUNTIMES[0], show_default=True,
                      help="full: the final image ships the C++ compiler, Python headers and openssl that torch.compile "
                      "needs at run time. slim: without them (torch.compile is refused), for sites that forbid compilers."),
@@ -172,6 +175,7 @@ def request_from(options: dict) -> Request:
         base_image=options["base_image"],
         runtime=options["runtime"],
         plugin_wheels=tuple(options.get("plugin_wheels") or ()),
+        libraries=tuple(dict.fromkeys(n.strip() for text in options.get("libraries") or () for n in text.split(",") if n.strip())),
         plugin_cache=state_dir() / "plugins",
     )
 

@@ -40,6 +40,7 @@ class Request:
     now: datetime | None = None
     memory_gib: float | None = None  # the build host's memory (default: this machine's)
     plugin_wheels: tuple[str, ...] = ()  # --plugin-wheel, as given
+    libraries: tuple[str, ...] = ()  # --with: domain libraries (plugins.yaml, library: true)
     plugin_cache: Path | None = None  # where earlier downloads of plugin pins are
 
 

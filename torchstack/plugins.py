@@ -66,6 +66,7 @@ class PluginWheel:
     vendor: str | None
     sha256: str
     needs: tuple[str, ...] = ()  # the shared libraries its compiled modules need (ELF DT_NEEDED)
+    checks: tuple[str, ...] = ()  # the catalog's check files for it (tests/image/final/)
 
     @property
     def key(self) -> str:
@@ -78,6 +79,7 @@ class PluginWheel:
             "summary": self.summary, "home_page": self.home_page, "file": self.path.name, "sha256": self.sha256,
             "requires_torch": list(self.requires_torch), "compile_backends": list(self.compile_backends),
             "device_entry_points": list(self.device_entry_points), "devices": list(self.devices),
+            "checks": list(self.checks),
         }  # fmt: skip
 
 
@@ -99,14 +101,15 @@ def _known(catalog: Catalog, name: str) -> Plugin | None:
 
 
 def _check_pairing(known: Plugin | None, what: str, version: str, torch_version: str) -> None:
-    """A known plugin's versions are <torch version>.<n>: refuse one built for another torch."""
+    """A known plugin pairs with torch releases (its versions are <torch version>.<n>, or a table
+    its project publishes): refuse one built for another torch."""
     if known is None or known.pairs(version, torch_version):
         return
     paired = known.version_for(torch_version)
     hint = f"{known.name}=={paired} pairs with it" if paired else f"no pinned {known.name} pairs with it"
+    how = known.pairing_from or "its versions are <torch version>.<n>"
     raise UsageProblem(
-        f"plugin {what} is built for torch {'.'.join(version.split('.')[:-1])} (its versions are <torch version>.<n>), "
-        f"and this image's torch is {torch_version}: {hint}"
+        f"plugin {what} is built for torch {known.torch_line(version)} ({how}), and this image's torch is {torch_version}: {hint}"
     )
 
 
@@ -210,6 +213,7 @@ def read_wheel(path: Path, catalog: Catalog, arch: str, python: str) -> PluginWh
         vendor=known.vendor if known else None,
         sha256=digest,
         needs=tuple(fields["needs"]),
+        checks=known.checks if known else (),
     )
 
 
@@ -248,13 +252,14 @@ def wheels_in(folder: Path, catalog: Catalog, arch: str, python: str) -> list[Pl
     return found
 
 
-def choose(catalog: Catalog, texts: tuple[str, ...], backend_plugins: tuple[str, ...], backend: str, arch: str,
-           python: str, torch_version: str, cached: Path | None) -> tuple[PluginChoice, ...]:  # fmt: skip
+def choose(catalog: Catalog, texts: tuple[str, ...], named: dict[str, str], arch: str, python: str,
+           torch_version: str, cached: Path | None) -> tuple[PluginChoice, ...]:  # fmt: skip
     """The plugins the final image installs, each checked against torch where its wheel is at hand.
 
-    --plugin-wheel entries come first; a backend's own plugin (zentorch for zendnn) is added at
-    its pinned version for this torch unless a --plugin-wheel already brings that plugin. A pin
-    whose wheel is in `cached` (a folder of earlier downloads) is read from there.
+    --plugin-wheel entries come first; each plugin `named` (name -> who asks: a backend's own
+    plugin, such as zentorch for zendnn, or a domain library --with names) is added at its pinned
+    version for this torch unless a --plugin-wheel already brings it. A pin whose wheel is in
+    `cached` (a folder of earlier downloads) is read from there.
     """
     chosen: dict[str, PluginChoice] = {}
 
@@ -288,17 +293,18 @@ def choose(catalog: Catalog, texts: tuple[str, ...], backend_plugins: tuple[str,
                 add(wheel, "--plugin-wheel")
         else:
             pinned(spec.where, "--plugin-wheel")
-    for name in backend_plugins:
+    for name, why in named.items():
         plugin = catalog.plugins[name]
         if canonicalize_name(name) in chosen:
             continue
         version = plugin.version_for(torch_version)
         if version is None:
             raise UsageProblem(
-                f"backend {backend} installs {name}, and none of its pinned versions ({', '.join(plugin.versions)}) pairs "
-                f"with torch {torch_version}; bring one with --plugin-wheel FILE|NAME==VERSION, or choose another --torch-version"
+                f"{why} installs {name}, and none of its pinned versions ({', '.join(plugin.versions)}) pairs with torch "
+                f"{torch_version}{f' ({plugin.pairing_from})' if plugin.pairing_from else ''}; bring one with "
+                "--plugin-wheel FILE|NAME==VERSION, or choose another --torch-version"
             )
-        pinned(f"{name}=={version}", f"backend {backend}")
+        pinned(f"{name}=={version}", why)
     return tuple(chosen.values())
 
 

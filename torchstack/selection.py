@@ -41,6 +41,22 @@ class Selection:
     plugins: tuple[PluginChoice, ...] = ()
 
 
+def _libraries(catalog: Catalog, request: Request, torch_method: str | None) -> list[str]:
+    """The domain libraries --with names, each one plugins.yaml knows as a library. Their wheels
+    are built against PyTorch's own torch build: beside a torch compiled here they are refused
+    (compiling them against ours, in the dev stage, is not done yet)."""
+    known = sorted(name for name, p in catalog.plugins.items() if p.library)
+    for name in request.libraries:
+        if name not in known:
+            raise _fail_choice("--with", name, known)
+    if request.libraries and torch_method == "source":
+        raise UsageProblem(
+            f"--with {','.join(request.libraries)}: its wheels are built against PyTorch's own torch, not one compiled "
+            "here, and compiling them against ours is not done yet: use --torch-from wheel"
+        )
+    return list(request.libraries)
+
+
 def refusal(catalog: Catalog, backend: Backend, arch: str, target: Target, distribution: Distribution,
             methods: dict[str, str]) -> str | None:  # fmt: skip
     """Why this combination cannot be built, or None. The one set of rules: the planner refuses
@@ -137,10 +153,11 @@ def select(catalog: Catalog, request: Request, host_arch: str) -> Selection:
     stage = BUILD_TYPE_ALIASES.get(request.build_type, request.build_type)
     plugins = ()
     if stage == "final":
-        plugins = choose(catalog, request.plugin_wheels, backend.plugins, backend.name, arch_name, distribution.python,
-                         torch_version, request.plugin_cache)  # fmt: skip
-    elif request.plugin_wheels:
-        raise UsageProblem(f"--plugin-wheel installs into the final image; --build-type {request.build_type} stops before it")
+        named = {**{p: f"backend {backend.name}" for p in backend.plugins}, **{lib: "--with" for lib in _libraries(catalog, request, methods.get("torch"))}}
+        plugins = choose(catalog, request.plugin_wheels, named, arch_name, distribution.python, torch_version, request.plugin_cache)
+    elif request.plugin_wheels or request.libraries:
+        option = "--plugin-wheel" if request.plugin_wheels else "--with"
+        raise UsageProblem(f"{option} installs into the final image; --build-type {request.build_type} stops before it")
     return Selection(
         arch=arch,
         backend=backend,

@@ -49,8 +49,9 @@ X86_ARGS = [*README_ARGS, "--ca-bundle", str(CA_BUNDLE)]
 # The arm64 image the emulated tests build: PyPI's aarch64 torch wheels are CPU builds carrying
 # oneDNN with ACL up to torch 2.8; from 2.9 on they are CUDA builds, which the toolkit refuses for
 # a CPU image. The 2.8.0 wheel reports itself as 2.8.0+cpu: the labels carry that, the tag 2.8.0.
+# With torchvision 0.23.0, PyPI's aarch64 wheel paired with it (a CPU build, like that torch).
 ARM64_ARGS = ["--backend", "onednn-acl", "--torch-from", "wheel", "--torch-wheel", "https://pypi.org/simple/", "--torch-version", "2.8.0",
-              "--openblas-from", "distro", "--numpy-from", "wheel", "--ca-bundle", str(CA_BUNDLE)]  # fmt: skip
+              "--openblas-from", "distro", "--numpy-from", "wheel", "--with", "torchvision", "--ca-bundle", str(CA_BUNDLE)]  # fmt: skip
 
 
 def numpy_wheel(dest: Path) -> Path:

@@ -13,13 +13,15 @@ REPORTED = "2.8.0+cpu"  # what PyPI's aarch64 torch 2.8.0 wheel reports (see ARM
 
 def test_arm64_onednn_acl_image_under_emulation(client, arm64_build):
     built = arm64_build
-    assert built["final_image"].endswith("-torch-2.8.0-onednn-acl-openblas.distro-numpy.wheel-torch.wheel")
+    assert built["final_image"].endswith("-torch-2.8.0-onednn-acl-openblas.distro-numpy.wheel-torch.wheel-torchvision-0.23.0")
     # One check is an expected failure: the wheel's complex dot products are wrong, as the build
     # found in the wheel and warned (build-info torch_defects); the check proves exactly that.
     assert " failed" not in built["checks"] and "passed" in built["checks"] and "1 xfailed" in built["checks"], built["checks"]
     image = client.images.get(built["final_image"])
     info = json.loads(image.labels["io.torchstack.build-info"])
     assert list(info["torch_defects"]) == ["complex-dot"], info["torch_defects"]
+    # torchvision's own checks (nms, roi_align, transforms) ran among the checks that passed.
+    assert [(p["name"], p["version"], p["checks"]) for p in info["plugins"]] == [("torchvision", "0.23.0", ["torchvision_ops.py"])]
     assert image.attrs["Architecture"] == "arm64"
     out = client.containers.run(
         built["final_image"], ["python", "-c", "import torch; print(torch.__version__, torch.backends.mkldnn.is_available())"],

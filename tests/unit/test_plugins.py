@@ -140,3 +140,33 @@ def test_a_wheel_built_against_a_cpu_torch_fits(catalog, plan_for, tmp_path):
     wheel = _wheel_built_against(tmp_path, ["torch_cpu", "c10"])
     assert {"libtorch_cpu.so", "libc10.so"} <= set(read_wheel(wheel, catalog, "x86_64", "3.11").needs)
     assert [p.requirement for p in plan_for(plugin_wheels=(str(wheel),)).plugins] == ["fakevision==0.1.0"]
+
+
+def test_with_torchvision_takes_the_version_paired_with_the_images_torch(plan_for):
+    plan = plan_for(methods={"torch": "wheel"}, libraries=("torchvision",))
+    assert [(p.requirement, p.why) for p in plan.plugins] == [("torchvision==0.28.0", "--with")]
+    assert plan.release_tag.endswith("-torch.wheel-torchvision-0.28.0") and "pillow==13.0.0" in plan.payload.python_constraints
+    old = plan_for(arch="aarch64", methods={"torch": "wheel"}, torch_version="2.8.0", libraries=("torchvision",))
+    assert [p.requirement for p in old.plugins] == ["torchvision==0.23.0"]
+    with pytest.raises(UsageProblem, match=r"none of its pinned versions \(0.28.0, 0.23.0\) pairs with torch 2.12.0 \(torchvision's"):
+        plan_for(methods={"torch": "wheel"}, torch_version="2.12.0", libraries=("torchvision",))
+    with pytest.raises(UsageProblem, match="not one compiled here, .* use --torch-from wheel"):
+        plan_for(libraries=("torchvision",))
+    with pytest.raises(UsageProblem, match="--with installs into the final image; --build-type dev stops before it"):
+        plan_for(methods={"torch": "wheel"}, build_type="dev", libraries=("torchvision",))
+
+
+def test_an_unknown_library_is_one_line_naming_the_known_ones():
+    result = run_cli("--dry-run", "--torch-from", "wheel", "--with", "torchvision,torchaudio")
+    assert result.returncode == 2 and result.stderr == "torchstack: error: unknown --with 'torchaudio'; valid: torchvision\n"
+
+
+def test_a_torchvision_wheel_for_another_torch_is_refused_by_the_pairing_table(plan_for, tmp_path):
+    """Without the Requires-Dist that would stop pip, the published pairing still tells."""
+    wheel = tmp_path / "torchvision-0.23.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("torchvision-0.23.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: torchvision\nVersion: 0.23.0\n")
+        archive.writestr("torchvision/__init__.py", "")
+    with pytest.raises(UsageProblem, match=r"torchvision 0.23.0 is built for torch 2.8 \(torchvision's compatibility table.*"
+                                           r"torchvision==0.28.0 pairs with it"):  # fmt: skip
+        plan_for(methods={"torch": "wheel"}, plugin_wheels=(str(wheel),))

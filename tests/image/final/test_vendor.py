@@ -3,6 +3,7 @@ whether ZenDNN ran, and the image reports KleidiAI and NNPA as the libraries tha
 
 import json
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -55,6 +56,18 @@ def test_each_plugin_is_installed_at_its_recorded_version_and_imports(python, ou
         code = (f"import importlib.metadata as m, {plugin['module']}; "
                 f"print(m.version({plugin['name']!r}))")  # fmt: skip
         assert python(code).strip() == plugin["version"], plugin
+
+
+def test_each_plugin_passes_the_checks_the_catalog_names_for_it(python, ours):
+    """What plugins.yaml names as a plugin's or library's own checks (files of this folder, each
+    run in the image: torchvision's operators and transforms, say)."""
+    ran = []
+    for plugin in plugins(ours):
+        for name in plugin.get("checks", []):
+            print(python((Path(__file__).parent / name).read_text()).strip())
+            ran.append(name)
+    if not ran:
+        pytest.skip("no plugin of this image has checks of its own")
 
 
 def test_each_plugin_compile_backend_runs_a_model_that_matches_eager(user_host, ours):
