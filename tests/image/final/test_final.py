@@ -85,6 +85,9 @@ print(json.dumps({
 """
 # Where an image may keep certificates: the system CA store.
 CA_STORE = ("etc/ssl/", "usr/share/ca-certificates/")
+# A PEM certificate: its body, not only the marker (code that parses PEM names the marker: pip
+# 23.0's vendored urllib3 has it in a string).
+PEM_CERTIFICATE = re.compile(rb"-----BEGIN CERTIFICATE-----\r?\n[A-Za-z0-9+/=\r\n]{64,}-----END CERTIFICATE-----")
 
 
 def test_torch_version_matches_the_tag(torch_report, ours, labels):
@@ -383,7 +386,7 @@ def _certificates(image, engine, ours) -> list[str]:
         with tarfile.open(fileobj=_Stream(created.export()), mode="r|") as files:
             for entry in files:
                 if entry.isfile() and not entry.name.startswith(CA_STORE) and entry.size < 64 * 2**20:
-                    if b"-----BEGIN CERTIFICATE-----\n" in files.extractfile(entry).read():
+                    if PEM_CERTIFICATE.search(files.extractfile(entry).read()):
                         found.append("/" + entry.name)
     finally:
         created.remove(force=True)
