@@ -1,4 +1,4 @@
-"""Vendor plugin wheels: what each needs from torch or registers, refused before a build when they cannot work.
+"""Wheels built on torch (vendor plugins, --with libraries): what each needs from torch or registers, refused before a build when they cannot work.
 
 What --plugin-wheel names is read here: a wheel's Requires-Dist on torch, its entry points in
 PyTorch's groups, and what the catalog (plugins.yaml) knows of it.
