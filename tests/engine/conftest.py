@@ -343,7 +343,11 @@ def second_engine() -> Iterator[str]:
         stop(daemon)
         log.close()
         subprocess.run([ip, "link", "delete", bridge], capture_output=True)
-        subprocess.run(["umount", "-R", str(folder / "data")], capture_output=True)  # only if the engine left mounts
+        # What the engine left mounted in its folder (its default network namespace under exec/netns,
+        # overlay mounts under data), deepest first: a mounted folder cannot be removed.
+        mounted = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+        for point in sorted((m for m in mounted if m.startswith(f"{folder}/")), reverse=True):
+            subprocess.run(["umount", "-l", point], capture_output=True)
         shutil.rmtree(folder, ignore_errors=True)
 
 

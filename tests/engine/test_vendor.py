@@ -29,6 +29,8 @@ def test_the_zendnn_image_installs_each_plugin_and_its_vendor_checks_ran(zendnn_
     skipped = [line for line in built["output"].splitlines() if line.startswith("SKIPPED") and "test_vendor.py" in line]
     allowed = [] if _avx512() else ["its CPU has no AVX-512"]
     allowed += ["nothing to probe"]  # an x86_64 zendnn image has no run-time probe
+    # Checks of a plugin's own (plugins.yaml: checks) are torchvision's so far; none of these has any.
+    allowed += ["no plugin of this image has checks of its own"]
     unexpected = [line for line in skipped if not any(reason in line for reason in allowed)]
     assert not unexpected, "vendor checks skipped:\n" + "\n".join(unexpected)
 
