@@ -54,12 +54,17 @@ ARM64_ARGS = ["--backend", "onednn-acl", "--torch-from", "wheel", "--torch-wheel
               "--openblas-from", "distro", "--numpy-from", "wheel", "--with", "torchvision", "--ca-bundle", str(CA_BUNDLE)]  # fmt: skip
 
 
-def numpy_wheel(dest: Path) -> Path:
-    """PyPI's numpy 2.3.5 wheel for the x86_64 images' Python (3.11), downloaded into `dest`."""
+def pypi_wheel(dest: Path, requirement: str) -> Path:
+    """PyPI's wheel of `requirement` (NAME==VERSION) for the x86_64 images' Python (3.11), downloaded into `dest`."""
     download = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                "--platform", "manylinux_2_28_x86_64", "--python-version", "3.11", "--dest", str(dest), "numpy==2.3.5"]  # fmt: skip
+                "--platform", "manylinux_2_28_x86_64", "--python-version", "3.11", "--dest", str(dest), requirement]  # fmt: skip
     subprocess.run(download, check=True, timeout=600)
-    return next(dest.glob("numpy-*.whl"))
+    return next(dest.glob(f"{requirement.partition('==')[0]}-*.whl"))
+
+
+def numpy_wheel(dest: Path) -> Path:
+    """PyPI's numpy 2.3.5 wheel (it carries scipy-openblas, not our BLAS)."""
+    return pypi_wheel(dest, "numpy==2.3.5")
 
 
 def run_build_py(*args: str, cwd: Path = ROOT, timeout: int = 3000, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -5,12 +5,10 @@ network, and keeps our torch's files; another torch is refused, naming the image
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 
 import pytest
 
-from tests.engine.conftest import X86_ARGS, run_build_py, x86_wheelhouse
+from tests.engine.conftest import X86_ARGS, pypi_wheel, run_build_py, x86_wheelhouse
 from torchstack import layout, sharing
 
 pytestmark = pytest.mark.engine
@@ -62,10 +60,7 @@ def test_a_child_image_adds_a_package_that_needs_torch_and_keeps_our_torch(clien
 def test_pypis_cuda_built_torchvision_beside_our_cpu_torch_is_refused_before_any_build(tmp_path):
     """PyPI's torchvision 0.28.0 declares torch==2.13.0, which our 2.13.0+cpu satisfies; its _C.so
     needs libtorch_cuda.so: beside a CPU torch it would import, then fail at its first operator."""
-    download = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "--platform",
-                "manylinux_2_28_x86_64", "--python-version", "3.11", "--dest", str(tmp_path), "torchvision==0.28.0"]  # fmt: skip
-    subprocess.run(download, check=True, timeout=600)
-    (wheel,) = tmp_path.glob("torchvision-*.whl")
+    wheel = pypi_wheel(tmp_path, "torchvision==0.28.0")
     result = run_build_py(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--plugin-wheel", str(wheel))
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr[-2000:]
     assert "plugin torchvision 0.28.0 is built against a CUDA torch" in result.stderr and "libtorch_cuda.so" in result.stderr
