@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from torchstack import layout
 from torchstack.host import host_arch
 
 REPORT_MARK = "torchstack-report: "
@@ -65,3 +66,48 @@ def torch_report(user_host, emulated_cpu) -> dict:
     assert result.rc == 0, f"python3 failed in the image (exit {result.rc}):\n{result.stderr[-2000:]}"
     log, _, report = result.stdout.rpartition(REPORT_MARK)
     return {**json.loads(report), "onednn_log": log}
+
+
+@pytest.fixture(scope="session")
+def banner(container) -> tuple[int, str]:
+    """What the entry point prints on a pseudo-terminal (docker run -it) and its exit status: one
+    start, read by the checks of what it shows (under qemu a start costs seconds)."""
+    code, out = container.exec_run([layout.ENTRYPOINT, "true"], tty=True, stdin=True)
+    return code, out.decode()
+
+
+# Each plugin imported with its installed version, then each check file its data names run, in one
+# Python process of the image as its default user: one `import torch` (15 s under qemu), not one
+# per plugin and per check. A failure is kept as its traceback, for the check it belongs to.
+PLUGIN_REPORT = """
+import contextlib, importlib, importlib.metadata as metadata, io, json, sys, traceback
+plugins, checks = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+report = {"versions": {}, "checks": {}}
+for name, module in plugins:
+    try:
+        importlib.import_module(module)
+        report["versions"][name] = metadata.version(name)
+    except BaseException:
+        report["versions"][name] = "import failed: " + traceback.format_exc()
+for name, code in checks.items():
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(said):
+            exec(compile(code, name, "exec"), {"__name__": "__main__"})
+        report["checks"][name] = {"passed": True, "output": said.getvalue()}
+    except BaseException:
+        report["checks"][name] = {"passed": False, "output": said.getvalue() + traceback.format_exc()}
+print(""" + repr(REPORT_MARK) + """ + json.dumps(report))
+"""
+
+
+@pytest.fixture(scope="session")
+def plugin_report(user_host, ours) -> dict:
+    """The installed version of each plugin as it imports (`versions`), and each of the check files
+    plugins.yaml names for them with its output (`checks`)."""
+    plugins = [(p["name"], p["module"]) for p in ours.get("plugins") or []]
+    checks = {name: (Path(__file__).parent / name).read_text() for p in ours.get("plugins") or [] for name in p.get("checks", [])}
+    argv = " ".join(shlex.quote(json.dumps(arg)) for arg in (plugins, checks))
+    result = user_host.run(f"python3 -c {shlex.quote(PLUGIN_REPORT)} {argv}")
+    assert result.rc == 0, f"python3 failed in the image (exit {result.rc}):\n{result.stderr[-2000:]}"
+    return json.loads(result.stdout.rpartition(REPORT_MARK)[2])
