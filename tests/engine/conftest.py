@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -123,14 +124,98 @@ def client():
     return found
 
 
+class Background:
+    """A build.py run of the session started before the tests that read it: its JSON summary and
+    its output wait in a folder of its own (removed when the session ends)."""
+
+    def __init__(self, name: str, args: list[str]):
+        self.name, self.args = name, args
+        self.env: dict[str, str] = {}
+        self.process: subprocess.Popen | None = None
+        self.lock = threading.Lock()
+
+    def start(self) -> None:
+        with self.lock:
+            if self.process is not None:
+                return
+            self.folder = Path(tempfile.mkdtemp(prefix=f"torchstack-{self.name}-"))
+            self.output = open(self.folder / "output.log", "w+")
+            command = [sys.executable, str(ROOT / "build.py"), *self.args, "--json", str(self.folder / "summary.json"), "--recheck"]
+            self.process = subprocess.Popen(command, cwd=ROOT, stdout=self.output, stderr=subprocess.STDOUT,
+                                            env={**os.environ, **self.env})  # fmt: skip
+
+    def result(self) -> dict:
+        """Its summary, with its output as `output`, once it ended (started now if it was not)."""
+        self.start()
+        returncode = self.process.wait(timeout=3600)
+        self.output.seek(0)
+        output = self.output.read()
+        assert returncode == 0, f"the {self.name} build failed:\n{output[-6000:]}"
+        return {**json.loads((self.folder / "summary.json").read_text()), "output": output}
+
+    def stop(self) -> None:
+        """Cancelled as CI cancels a job if still running (SIGTERM: it removes what it started)."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.output.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+# The two chains every engine run needs, built in the background from the moment collection ends.
+# The x86_64 chain first, beside the unit tests (they use about one core); the arm64 chain under
+# qemu when it ends. Most of the arm64 chain's work is qemu running one guest process at a time:
+# started beside the x86_64 chain, whose numpy compile uses both cores, it took half of them for
+# the whole of it (20 minutes of a cold CI run went to the two chains side by side); after it, it
+# runs beside tests that wait on the engine, a registry and pip more than they compute, and the
+# tests that read it run last (pytest_collection_modifyitems).
+X86 = Background("x86", X86_ARGS)
+ARM64 = Background("arm64", [*ARM64_ARGS, "--quiet"])
+# The test modules that read the arm64 chain (test_emulated, and the two that join the architectures
+# in one tag), in this order after every other test.
+LAST = ("test_emulated.py", "test_podman.py", "test_registry.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    items.sort(key=lambda item: LAST.index(item.path.name) + 1 if item.path.name in LAST else 0)
+
+
+def _wanted(session, fixture: str) -> bool:
+    return any(fixture in getattr(item, "fixturenames", ()) for item in session.items)
+
+
+def pytest_collection_finish(session):
+    if session.config.option.collectonly:
+        return
+    x86, arm64 = _wanted(session, "x86_build"), _wanted(session, "arm64_build")
+    folder = os.environ.get("TORCHSTACK_TEST_WHEELHOUSE") or os.environ.get("PIP_FIND_LINKS")
+    if x86 and folder and list(Path(folder).glob("torch-*x86_64.whl")):
+        X86.env = {"PIP_FIND_LINKS": folder}
+        X86.start()
+        if arm64:
+            threading.Thread(target=lambda: (X86.process.wait(), ARM64.start()), daemon=True).start()
+    elif arm64:
+        ARM64.start()
+
+
+def pytest_sessionfinish(session):
+    for build in (ARM64, X86):
+        build.stop()
+
+
 @pytest.fixture(scope="session")
-def x86_build(client, tmp_path_factory):
-    """The full x86_64 chain, built once per session; its JSON summary. --recheck: the image checks
-    run in every test session, even on an image whose ID passed them in an earlier one."""
-    summary = tmp_path_factory.mktemp("x86") / "summary.json"
-    result = run_build_py(*X86_ARGS, "--json", str(summary), "--recheck", env={"PIP_FIND_LINKS": x86_wheelhouse()})
-    assert result.returncode == 0, f"the x86_64 build failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
-    return json.loads(summary.read_text())
+def x86_build(client):
+    """The full x86_64 chain, built once per session (started when collection ended); its JSON
+    summary, with the build's output as `output`. --recheck: the image checks run in every test
+    session, even on an image whose ID passed them in an earlier one."""
+    X86.env = {"PIP_FIND_LINKS": x86_wheelhouse()}
+    return X86.result()
 
 
 @pytest.fixture(scope="session")
@@ -147,48 +232,11 @@ def zendnn_build(client, x86_build, tmp_path_factory, plugin_wheels):
     return {**json.loads(summary.read_text()), "output": result.stdout}
 
 
-# The arm64 chain, started when collection ends if a selected test needs it (pytest_collection_finish):
-# most of its work is qemu running one guest process at a time, one core's worth, so it goes on
-# beside the x86_64 tests instead of after them (a third of a cold CI run otherwise).
-_ARM64: dict = {}
-
-
-def pytest_collection_finish(session):
-    if session.config.option.collectonly or not any("arm64_build" in getattr(i, "fixturenames", ()) for i in session.items):
-        return
-    folder = Path(tempfile.mkdtemp(prefix="torchstack-arm64-"))
-    _ARM64.update(folder=folder, summary=folder / "summary.json", output=open(folder / "output.log", "w+"))
-    _ARM64["process"] = subprocess.Popen(
-        [sys.executable, str(ROOT / "build.py"), *ARM64_ARGS, "--json", str(_ARM64["summary"]), "--recheck", "--quiet"],
-        cwd=ROOT, stdout=_ARM64["output"], stderr=subprocess.STDOUT,
-    )  # fmt: skip
-
-
-def pytest_sessionfinish(session):
-    """The background arm64 build, if still running, is cancelled as CI cancels a job (SIGTERM: it
-    removes what it started); its folder goes."""
-    if "process" in _ARM64:
-        if _ARM64["process"].poll() is None:
-            _ARM64["process"].terminate()
-            try:
-                _ARM64["process"].wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                _ARM64["process"].kill()
-                _ARM64["process"].wait()
-        _ARM64["output"].close()
-        shutil.rmtree(_ARM64["folder"], ignore_errors=True)
-
-
 @pytest.fixture(scope="session")
 def arm64_build(client):
-    """The arm64 onednn-acl chain under qemu, built once per session (from the start of the
-    session, in the background); its JSON summary."""
-    process = _ARM64["process"]
-    returncode = process.wait(timeout=3600)
-    _ARM64["output"].seek(0)
-    output = _ARM64["output"].read()
-    assert returncode == 0, f"the arm64 build failed:\n{output[-6000:]}"
-    return json.loads(_ARM64["summary"].read_text())
+    """The arm64 onednn-acl chain under qemu, built once per session (in the background, after the
+    x86_64 chain); its JSON summary."""
+    return ARM64.result()
 
 
 @pytest.fixture(scope="session")

@@ -44,17 +44,20 @@ def serve(client, local_index, unique_tag):
 
 
 @pytest.mark.parametrize("builder", ["docker", "buildx"])
-def test_pip_takes_packages_from_the_given_index_and_ships_no_trace_of_it(client, serve, unique_tag, builder):
+def test_pip_takes_packages_from_the_given_index_and_ships_no_trace_of_it(client, serve, unique_tag, builder, repo_copy):
     url, asked = serve
     # The legacy builder copies the pip configuration into the build, so a URL never used before
-    # misses its cache. BuildKit keys its cache on the Dockerfile, not on a secret's contents, so
-    # it needs --no-cache, or the pip step of an earlier run would be reused and ask this index
-    # nothing. (The legacy builder is not given --no-cache: the duplicate chain it would leave
-    # behind can win the next normal build's cache lookup and cost it a numpy compile.)
-    no_cache = ["--no-cache"] if builder == "buildx" else []
+    # misses its cache. BuildKit keys its cache on the Dockerfile, not on a secret's contents: a
+    # step unique to this run, first in the tools stage, makes the pip step after it run and ask
+    # this index. Not --no-cache, for either builder: the duplicate base and libs images it makes
+    # win the next build's cache lookup, and that build's tools stage misses its cache and compiles
+    # numpy again (BuildKit's next tools build did, a minute of every CI run).
+    if builder == "buildx":
+        template = repo_copy / "templates" / "tools.Dockerfile.j2"
+        template.write_text(template.read_text().replace("RUN python3 -m venv", f"RUN echo {unique_tag}\nRUN python3 -m venv", 1))
     result = run_build_py(
-        "--build-type", "tools", "--openblas-from", "distro", "--numpy-from", "wheel", "--builder", builder, *no_cache,
-        "--ca-bundle", str(CA_BUNDLE), "--pip-index-url", url, "--tag", unique_tag,
+        "--build-type", "tools", "--openblas-from", "distro", "--numpy-from", "wheel", "--builder", builder,
+        "--ca-bundle", str(CA_BUNDLE), "--pip-index-url", url, "--tag", unique_tag, cwd=repo_copy,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"/{unique_tag}/numpy/" in asked and any(path.endswith(".whl") for path in asked), asked
