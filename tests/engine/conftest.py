@@ -173,17 +173,17 @@ class Background:
 # qemu when it ends. Most of the arm64 chain's work is qemu running one guest process at a time:
 # started beside the x86_64 chain, whose numpy compile uses both cores, it took half of them for
 # the whole of it (20 minutes of a cold CI run went to the two chains side by side); after it, it
-# runs beside tests that wait on the engine, a registry and pip more than they compute, and the
+# runs beside tests that wait on the engine, registries and pip more than they compute, and the
 # tests that read it run last (pytest_collection_modifyitems).
 X86 = Background("x86", X86_ARGS)
 ARM64 = Background("arm64", [*ARM64_ARGS, "--quiet"])
-# The test modules that read the arm64 chain (test_emulated, and the two that join the architectures
-# in one tag), in this order after every other test.
-LAST = ("test_emulated.py", "test_podman.py", "test_registry.py")
 
 
 def pytest_collection_modifyitems(session, config, items):
-    items.sort(key=lambda item: LAST.index(item.path.name) + 1 if item.path.name in LAST else 0)
+    """The tests that read the arm64 chain after every other, in their order. The fixtures they
+    share with tests of their module are session-scoped (test_podman's engine and build), so that
+    moving them does not set those up twice."""
+    items.sort(key=lambda item: "arm64_build" in getattr(item, "fixturenames", ()))
 
 
 def _wanted(session, fixture: str) -> bool:

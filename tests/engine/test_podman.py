@@ -24,7 +24,7 @@ pytestmark = pytest.mark.engine
 SLOW = ("every_example", "torch_compile", "ca_bundles", "threads", "restricted_pod", "noexec_tmp")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def podman(registry):
     with podman_engine(registry) as env:
         yield env
@@ -43,7 +43,7 @@ def rootless_podman(user: str, *args: str) -> subprocess.CompletedProcess:
                           cwd=home, capture_output=True, text=True, timeout=900)  # fmt: skip
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def podman_build(podman, pushed, registry, tmp_path_factory):
     """The README's build with `--engine podman`, starting from the stages the Docker chain pushed,
     checked through Podman and pushed; its JSON summary, with the build's output as `output`."""
