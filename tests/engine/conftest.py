@@ -32,12 +32,15 @@ from torchstack.sources import state_dir
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
+def _named_wheelhouse() -> str | None:
+    """The folder the environment names that holds a CPU-only x86_64 torch wheel, if it does."""
+    folder = os.environ.get("TORCHSTACK_TEST_WHEELHOUSE") or os.environ.get("PIP_FIND_LINKS")
+    return folder if folder and list(Path(folder).glob("torch-*x86_64.whl")) else None
+
+
 def x86_wheelhouse() -> str:
     """The folder holding a CPU-only x86_64 torch wheel (PyPI's x86_64 wheels are CUDA builds)."""
-    folder = os.environ.get("TORCHSTACK_TEST_WHEELHOUSE") or os.environ.get("PIP_FIND_LINKS")
-    if not folder or not list(Path(folder).glob("torch-*x86_64.whl")):
-        pytest.fail("no CPU x86_64 torch wheel: set TORCHSTACK_TEST_WHEELHOUSE to a folder holding one")
-    return folder
+    return _named_wheelhouse() or pytest.fail("no CPU x86_64 torch wheel: set TORCHSTACK_TEST_WHEELHOUSE to a folder holding one")
 
 
 # The x86_64 chain the README's first command builds: torch's CPU wheel (a local wheelhouse pip is
@@ -194,8 +197,7 @@ def pytest_collection_finish(session):
     if session.config.option.collectonly:
         return
     x86, arm64 = _wanted(session, "x86_build"), _wanted(session, "arm64_build")
-    folder = os.environ.get("TORCHSTACK_TEST_WHEELHOUSE") or os.environ.get("PIP_FIND_LINKS")
-    if x86 and folder and list(Path(folder).glob("torch-*x86_64.whl")):
+    if x86 and (folder := _named_wheelhouse()):
         X86.env = {"PIP_FIND_LINKS": folder}
         X86.start()
         if arm64:
