@@ -90,6 +90,8 @@ def build_info(plan: Plan) -> dict:
         "probes": list(plan.probe_args),
         # Each vendor plugin wheel as its own metadata describes it (pins still to download: by name)
         "plugins": [p.wheel.record() if p.wheel else {"name": p.key, "requirement": p.requirement} for p in plan.plugins],
+        # --requirements: the file's hash, and what pip resolved it to around the stack's pins
+        "requirements": plan.requirements.record() if plan.requirements else None,
         "toolkit": toolkit_revision(),
         # Known wrong in a prebuilt torch: the build warns, and the checks expect exactly that.
         "torch_defects": torch_defects(plan),

@@ -91,6 +91,7 @@ class Distribution(Frozen):
     mirror: str
     python: str
     gcc: str
+    glibc: str  # what manylinux wheels the image runs (pip's --platform when resolving for it)
     # What torch.compile (Inductor) needs at run time: a C++ compiler, the Python headers its
     # generated code includes, and openssl (it hashes precompiled headers); "{python}" is `python`.
     compile_packages: tuple[str, ...]

@@ -63,6 +63,9 @@ def plan_options(catalog: Catalog):
         click.option("--with", "libraries", multiple=True, metavar="LIBRARY[,LIBRARY]",
                      help=f"Domain libraries for the final image, at the version paired with its torch: "
                      f"{', '.join(sorted(n for n, p in catalog.plugins.items() if p.library))}."),
+        click.option("--requirements", type=click.Path(path_type=Path), metavar="FILE",
+                     help="A team's packages for the final image (pip's requirements format; hashes honoured), resolved "
+                     "before any build with torch, numpy, plugins and libraries held: a conflict is refused in one line."),
         click.option("--runtime", type=click.Choice(RUNTIMES), default=RUNTIMES[0], show_default=True,
                      help="full: the final image ships the C++ compiler, Python headers and openssl that torch.compile "
                      "needs at run time. slim: without them (torch.compile is refused), for sites that forbid compilers."),
@@ -177,6 +180,7 @@ def request_from(options: dict) -> Request:
         plugin_wheels=tuple(options.get("plugin_wheels") or ()),
         libraries=tuple(dict.fromkeys(n.strip() for text in options.get("libraries") or () for n in text.split(",") if n.strip())),
         plugin_cache=state_dir() / "plugins",
+        requirements=options.get("requirements"),
     )
 
 

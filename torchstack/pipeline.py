@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
-from torchstack import bootstrap, checks, connection, engine, layout, prerequisites, publish, sbom, sharing, sources
+from torchstack import bootstrap, checks, connection, engine, layout, prerequisites, publish, requirements, sbom, sharing, sources
 from torchstack.errors import ChecksFailed, ToolkitError, UsageProblem
 from torchstack.model import Catalog
 from torchstack.metadata import stage_labels, torch_defects
@@ -69,6 +69,12 @@ def resolve_plugins(catalog: Catalog, request: Request, plan: Plan, index_url: s
     if missing:
         raise ToolkitError(f"pip downloaded no wheel of {', '.join(missing)} for {plan.arch.name} cp{plan.distribution.python}")
     return plan
+
+
+def resolve_requirements(plan: Plan, index_url: str | None = None) -> Plan:
+    """--requirements resolved now for the image, with what the stack installs held: a conflict
+    is one line before any build, and the build installs exactly what was resolved."""
+    return dataclasses.replace(plan, requirements=requirements.resolve(plan, index_url)) if plan.requirements else plan
 
 
 @contextlib.contextmanager
@@ -286,6 +292,10 @@ def _say_first(view: BuildView, plan: Plan, options: dict, chosen, notes: list[s
         view.note(f"torchstack: warning: {why}")
     if plan.jobs_note:
         view.note(f"torchstack: warning: {plan.jobs_note}")
+    if plan.requirements:
+        app = plan.requirements
+        view.note(f"torchstack: --requirements {app.path.name}: {', '.join(app.requested) or 'nothing new'}, with "
+                  f"{len(app.resolved) - len(app.requested)} packages they need, resolved around the stack's pins")
     if base_missing:
         how = "bootstrapping it from the Debian archive" if plan.base_is_bootstrapped else "pulling it"
         how = f"pulling it from {options['cache_from']}, else {how}" if options.get("cache_from") else how
@@ -324,7 +334,7 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
     if options.get("buildx_builder") and not engine.buildx_builder_exists(options["buildx_builder"]):
         raise UsageProblem(f"--buildx-builder {options['buildx_builder']}: no such builder (see `docker buildx ls`)")
     request, plan, wheel_notes = resolve_wheel(catalog, request, plan)
-    plan = resolve_plugins(catalog, request, plan, options.get("pip_index_url"))
+    plan = resolve_requirements(resolve_plugins(catalog, request, plan, options.get("pip_index_url")), options.get("pip_index_url"))
     pushes = (
         publish.wanted(plan, options.get("registry"), options.get("push_stages", False), checked=not options.get("no_test"))
         if options.get("push") or options.get("push_stages")

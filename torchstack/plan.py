@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -10,6 +11,7 @@ from torchstack.layout import SOURCES_DIR
 from torchstack.component import HostRun, Source
 from torchstack.model import Architecture, Backend, Distribution, RuntimeSetting, Target
 from torchstack.plugins import PluginChoice
+from torchstack.errors import UsageProblem
 from torchstack.wheels import WheelSpec
 
 RELEASE_STAGE = "final"  # the stage whose image gets the release tag
@@ -42,6 +44,33 @@ class Request:
     plugin_wheels: tuple[str, ...] = ()  # --plugin-wheel, as given
     libraries: tuple[str, ...] = ()  # --with: domain libraries (plugins.yaml, library: true)
     plugin_cache: Path | None = None  # where earlier downloads of plugin pins are
+    requirements: Path | None = None  # --requirements: a team's packages for the final image
+
+
+@dataclass(frozen=True)
+class AppRequirements:
+    """--requirements as given, and what pip resolved it to for the image."""
+
+    path: Path
+    sha256: str
+    requested: tuple[str, ...] = ()  # NAME==VERSION of what the file names, as resolved
+    resolved: tuple[str, ...] = ()  # NAME==VERSION of everything it adds to the image
+
+    @classmethod
+    def read(cls, path: Path) -> AppRequirements:
+        try:
+            return cls(path, hashlib.sha256(path.read_bytes()).hexdigest())
+        except OSError as exc:
+            raise UsageProblem(f"--requirements {path}: {exc.strerror or exc}") from None
+
+    @property
+    def tag_variant(self) -> str:
+        """What the release tag says of it: the image holds more than the stack (the file's hash)."""
+        return f"requirements.{self.sha256[:8]}"
+
+    def record(self) -> dict:
+        """How the build-info records it."""
+        return {"file": self.path.name, "sha256": self.sha256, "requested": list(self.requested), "resolved": list(self.resolved)}
 
 
 @dataclass(frozen=True)
@@ -138,6 +167,7 @@ class Plan:
     stages: tuple[StagePlan, ...]
     payload: Payload
     plugins: tuple[PluginChoice, ...] = ()  # vendor plugin wheels the final image installs
+    requirements: AppRequirements | None = None  # --requirements (resolved when the build starts)
 
     @property
     def probes(self) -> tuple[str, ...]:

@@ -10,7 +10,7 @@ from torchstack import host, tags
 from torchstack.errors import UsageProblem
 from torchstack.metadata import stage_image, tag_variants
 from torchstack.model import Catalog, Stage
-from torchstack.plan import RELEASE_STAGE, ComponentPlan, Payload, Plan, Request, ShippedLibraries, StagePlan
+from torchstack.plan import RELEASE_STAGE, AppRequirements, ComponentPlan, Payload, Plan, Request, ShippedLibraries, StagePlan
 from torchstack.recipes import RecipeInputs, exports_of, pip_requirements, script_inputs
 from torchstack.selection import Selection, select
 
@@ -41,7 +41,10 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
 
     release = tags.check_release(request.release or tags.default_release(now))
     repository = tags.check_repository(request.repository)
-    variants = tag_variants(catalog, selection, request)
+    app = AppRequirements.read(request.requirements) if request.requirements else None
+    if app and selection.stage != RELEASE_STAGE:
+        raise UsageProblem(f"--requirements installs into the final image: it needs --build-type full, not {selection.stage}")
+    variants = (*tag_variants(catalog, selection, request), *([app.tag_variant] if app else []))
     release_tag = (
         tags.check_tag(request.tag)
         if request.tag
@@ -78,6 +81,7 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
         stages=stages,
         payload=_payload(selection, components),
         plugins=selection.plugins,
+        requirements=app,
     )
     return _named_by_content(catalog, plan)
 

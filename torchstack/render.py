@@ -196,6 +196,9 @@ def assemble_context(
                 _place(p.wheel.path, dest / "plugins" / p.wheel.path.name)
             else:
                 missing.append(f"{p.requirement} (a plugin wheel, downloaded when the build starts)")
+        if app := plan.requirements:
+            _place(app.path, dest / "requirements" / "requirements.txt")
+            (dest / "requirements" / "resolved.txt").write_text("".join(f"{pin}\n" for pin in app.resolved))
         for name in ("probe.py", *layout.STARTUP_FILES):
             _place(SCRIPTS / name, dest / name)
         shutil.copytree(EXAMPLES, dest / "examples", ignore=shutil.ignore_patterns("__pycache__"))

@@ -64,17 +64,6 @@ def test_a_no_op_rebuild_is_served_from_the_cache(x86_build, tmp_path):
     print(f"no-op rebuild of the full chain: {seconds:.1f} s (first build {x86_build['seconds']:.0f} s)")
 
 
-def test_another_release_rebuilds_only_the_release_image(client, x86_build, tmp_path):
-    summary = tmp_path / "next-release.json"
-    result = run_build_py(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--release", "r99.12", "--json", str(summary), "--no-test")
-    try:
-        assert result.returncode == 0, result.stderr[-3000:]
-        statuses = {s["stage"]: s["status"] for s in json.loads(summary.read_text())["stages"]}
-        assert statuses == {"base": "cached", "libs": "cached", "tools": "cached", "dev": "cached", "final": "built"}
-    finally:
-        untag(client, ":r99.12-")
-
-
 def test_the_ca_bundle_is_in_no_layer_of_the_final_image(client, x86_build):
     pem = CA_BUNDLE.read_text().split("-----BEGIN CERTIFICATE-----")[-1]
     needle = pem.strip().splitlines()[1].encode()  # a line of the last certificate's body

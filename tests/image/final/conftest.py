@@ -76,13 +76,14 @@ def banner(container) -> tuple[int, str]:
     return code, out.decode()
 
 
-# Each plugin imported with its installed version, then each check file its data names run, in one
+# Each plugin imported with its installed version, then each check file its data names run, then
+# each package --requirements named imported (its top-level modules, from its RECORD), in one
 # Python process of the image as its default user: one `import torch` (15 s under qemu), not one
 # per plugin and per check. A failure is kept as its traceback, for the check it belongs to.
 PLUGIN_REPORT = """
 import contextlib, importlib, importlib.metadata as metadata, io, json, sys, traceback
-plugins, checks = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-report = {"versions": {}, "checks": {}}
+plugins, checks, requested = json.loads(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
+report = {"versions": {}, "checks": {}, "requirements": {}}
 for name, module in plugins:
     try:
         importlib.import_module(module)
@@ -97,17 +98,30 @@ for name, code in checks.items():
         report["checks"][name] = {"passed": True, "output": said.getvalue()}
     except BaseException:
         report["checks"][name] = {"passed": False, "output": said.getvalue() + traceback.format_exc()}
+for pin in requested:
+    name = pin.split("==")[0]
+    try:
+        files = metadata.distribution(name).files or []
+        tops = sorted({f.parts[0].removesuffix(".py") for f in files if len(f.parts) > 1 and f.name == "__init__.py"
+                       or len(f.parts) == 1 and f.suffix == ".py"} - {"__pycache__"})
+        for module in tops:
+            importlib.import_module(module)
+        report["requirements"][name] = {"version": metadata.version(name), "modules": tops}
+    except BaseException:
+        report["requirements"][name] = {"version": None, "modules": [], "error": traceback.format_exc()}
 print(""" + repr(REPORT_MARK) + """ + json.dumps(report))
 """
 
 
 @pytest.fixture(scope="session")
 def plugin_report(user_host, ours) -> dict:
-    """The installed version of each plugin as it imports (`versions`), and each of the check files
-    plugins.yaml names for them with its output (`checks`)."""
+    """The installed version of each plugin as it imports (`versions`), each of the check files
+    plugins.yaml names for them with its output (`checks`), and each package --requirements named
+    with its installed version and the top-level modules that imported (`requirements`)."""
     plugins = [(p["name"], p["module"]) for p in ours.get("plugins") or []]
     checks = {name: (Path(__file__).parent / name).read_text() for p in ours.get("plugins") or [] for name in p.get("checks", [])}
-    argv = " ".join(shlex.quote(json.dumps(arg)) for arg in (plugins, checks))
+    requested = (ours.get("requirements") or {}).get("requested", [])
+    argv = " ".join(shlex.quote(json.dumps(arg)) for arg in (plugins, checks, requested))
     result = user_host.run(f"python3 -c {shlex.quote(PLUGIN_REPORT)} {argv}")
     assert result.rc == 0, f"python3 failed in the image (exit {result.rc}):\n{result.stderr[-2000:]}"
     return json.loads(result.stdout.rpartition(REPORT_MARK)[2])

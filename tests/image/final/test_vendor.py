@@ -1,5 +1,6 @@
-"""Checks for what vendors add: each plugin wheel imports and runs what it registers, zentorch says
-whether ZenDNN ran, and the image reports KleidiAI and NNPA as the libraries that know them see it."""
+"""Checks for what is added to the stack: each plugin wheel imports and runs what it registers,
+zentorch says whether ZenDNN ran, the image reports KleidiAI and NNPA as the libraries that know
+them see it, and the packages of --requirements are there and import."""
 
 import json
 import shlex
@@ -53,6 +54,20 @@ def test_each_plugin_is_installed_at_its_recorded_version_and_imports(plugin_rep
     for plugin in plugins(ours):
         assert "version" in plugin, f"plugin {plugin['name']} was recorded without its wheel: {plugin}"
         assert plugin_report["versions"][plugin["name"]] == plugin["version"], plugin
+
+
+def test_each_app_requirement_is_installed_at_its_resolved_version_and_imports(plugin_report, ours, user_host):
+    """What --requirements named, at the version pip resolved before the build, each of its
+    top-level modules imported; and pip finds every installed requirement met (runtime "full")."""
+    requested = (ours.get("requirements") or {}).get("requested") or pytest.skip("this image installs no --requirements")
+    for pin in requested:
+        name, version = pin.split("==")
+        found = plugin_report["requirements"][name]
+        assert found["version"] == version and found["modules"], f"{pin}: {found.get('error') or found}"
+        print(f"{pin}: imports {', '.join(found['modules'])}")
+    if ours["runtime"] == "full":
+        checked = user_host.run("python3 -m pip check")
+        assert checked.rc == 0, f"pip check:\n{checked.stdout}{checked.stderr}"
 
 
 def test_each_plugin_passes_the_checks_the_catalog_names_for_it(plugin_report, ours):
