@@ -183,18 +183,10 @@ ARM64 = Background("arm64", [*ARM64_ARGS, "--quiet"])
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """The engine tests that need neither chain first, while the x86_64 chain builds in the
-    background (the BuildKit compile among them fills the cores its downloads and layer commits
-    leave idle); then those that read the x86_64 chain; the tests that read the arm64 chain
-    after every other. Each group in its order. The fixtures the arm64 tests share with tests of
-    their module are session-scoped (test_podman's engine and build), so that moving them does
-    not set those up twice."""
-
-    def group(item) -> tuple[bool, bool]:
-        uses = getattr(item, "fixturenames", ())
-        return "arm64_build" in uses, item.get_closest_marker("engine") is not None and "x86_build" in uses
-
-    items.sort(key=group)
+    """The tests that read the arm64 chain after every other, in their order. The fixtures they
+    share with tests of their module are session-scoped (test_podman's engine and build), so that
+    moving them does not set those up twice."""
+    items.sort(key=lambda item: "arm64_build" in getattr(item, "fixturenames", ()))
 
 
 def _wanted(session, fixture: str) -> bool:
