@@ -66,9 +66,9 @@ def resolve(plan: Plan, index_url: str | None = None) -> AppRequirements:
         if result.returncode != 0:
             raise UsageProblem(f"--requirements {app.path}: {conflict(result.stdout + result.stderr, pins)}")
         installs = json.loads(report.read_text())["install"]
-    added = [i for i in installs if canonicalize_name(i["metadata"]["name"]) not in pins]
-    pin = lambda i: f"{i['metadata']['name']}=={i['metadata']['version']}"  # noqa: E731
-    return AppRequirements(app.path, app.sha256, tuple(pin(i) for i in added if i.get("requested")), tuple(pin(i) for i in added))
+    added = [(f"{i['metadata']['name']}=={i['metadata']['version']}", i.get("requested", False))
+             for i in installs if canonicalize_name(i["metadata"]["name"]) not in pins]  # fmt: skip
+    return AppRequirements(app.path, app.sha256, tuple(pin for pin, named in added if named), tuple(pin for pin, _ in added))
 
 
 def conflict(output: str, pins: dict[str, str]) -> str:
