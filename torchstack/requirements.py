@@ -21,7 +21,7 @@ from packaging.utils import canonicalize_name
 
 from torchstack.errors import UsageProblem
 from torchstack.plan import AppRequirements, Plan
-from torchstack.wheels import pip_index_settings, torch_version_of
+from torchstack.wheels import pip_index_args, torch_version_of
 
 # The oldest glibc a manylinux wheel names (manylinux2014 is 2.17).
 OLDEST_MANYLINUX = 17
@@ -60,8 +60,7 @@ def resolve(plan: Plan, index_url: str | None = None) -> AppRequirements:
         ]  # fmt: skip
         if plan.torch_wheel_file:  # torch itself, not an index's build of the same version, if a requirement needs it
             command += ["--find-links", str(plan.torch_wheel_file.parent)]
-        for key, value in pip_index_settings(index_url).items() if index_url else ():
-            command += [f"--{key}", value]
+        command += pip_index_args(index_url)
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
             raise UsageProblem(f"--requirements {app.path}: {conflict(result.stdout + result.stderr, pins)}")

@@ -100,6 +100,11 @@ def pip_index_settings(index_url: str) -> dict[str, str]:
     return settings
 
 
+def pip_index_args(index_url: str | None) -> list[str]:
+    """The same settings as options of a pip command on the host; none without an index."""
+    return [arg for key, value in pip_index_settings(index_url).items() for arg in (f"--{key}", value)] if index_url else []
+
+
 def pip_conf_text(index_url: str) -> str:
     """The same settings as a pip configuration file, for pip inside build steps."""
     return "[global]\n" + "".join(f"{key} = {value}\n" for key, value in pip_index_settings(index_url).items())
@@ -140,10 +145,8 @@ def download_wheel(
     command = [
         sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
         "--platform", f"manylinux_2_28_{arch}", "--platform", f"manylinux2014_{arch}",
-        "--python-version", python, "--dest", str(dest), *(extra or []), requirement,
+        "--python-version", python, "--dest", str(dest), *(extra or []), requirement, *pip_index_args(index_url),
     ]  # fmt: skip
-    for key, value in pip_index_settings(index_url).items() if index_url else ():
-        command += [f"--{key}", value]
     # One pip at a time into a folder: another run's pip may be writing the very file.
     with sharing.lock(dest, ".download", lambda line: print(line, file=sys.stderr), f"downloading into {dest}"):
         result = subprocess.run(command, capture_output=True, text=True)
