@@ -171,15 +171,18 @@ class Background:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-# The two chains every engine run needs, built in the background from the moment collection ends.
-# The x86_64 chain first, beside the unit tests (they use about one core); the arm64 chain under
-# qemu when it ends. Most of the arm64 chain's work is qemu running one guest process at a time:
-# started beside the x86_64 chain, whose numpy compile uses both cores, it took half of them for
-# the whole of it (20 minutes of a cold CI run went to the two chains side by side); after it, it
-# runs beside tests that wait on the engine, registries and pip more than they compute, and the
-# tests that read it run last (pytest_collection_modifyitems).
+# The two chains every engine run needs, built in the background. The x86_64 chain from the moment
+# collection ends, beside the unit tests (they use about one core); the arm64 chain under qemu once
+# the x86_64 chain and the tests marked `heavy` have ended. Most of the arm64 chain's work is
+# qemu running one guest process at a time: beside a numpy compile (which uses both cores) it took
+# a core from it for the whole of it, and in a cold CI run the CPU was saturated from the x86_64
+# chain to the end of the BuildKit compile test; the tests after those wait on the engine,
+# registries and pip more than they compute (the CPU was 50-70% busy), and the tests that read
+# the arm64 chain run last (pytest_collection_modifyitems).
 X86 = Background("x86", X86_ARGS)
 ARM64 = Background("arm64", [*ARM64_ARGS, "--quiet"])
+# The node ID of the last test marked `heavy`, whose end starts the arm64 chain (None: none such).
+_LAST_COMPILE: list[str | None] = [None]
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -187,6 +190,15 @@ def pytest_collection_modifyitems(session, config, items):
     share with tests of their module are session-scoped (test_podman's engine and build), so that
     moving them does not set those up twice."""
     items.sort(key=lambda item: "arm64_build" in getattr(item, "fixturenames", ()))
+
+
+def _start_arm64_after_x86() -> None:
+    def run() -> None:
+        if X86.process is not None:
+            X86.process.wait()
+        ARM64.start()
+
+    threading.Thread(target=run, daemon=True).start()
 
 
 def _wanted(session, fixture: str) -> bool:
@@ -200,10 +212,17 @@ def pytest_collection_finish(session):
     if x86 and (folder := _named_wheelhouse()):
         X86.env = {"PIP_FIND_LINKS": folder}
         X86.start()
-        if arm64:
-            threading.Thread(target=lambda: (X86.process.wait(), ARM64.start()), daemon=True).start()
-    elif arm64:
-        ARM64.start()
+    compiling = [item.nodeid for item in session.items if item.get_closest_marker("heavy")]
+    if arm64:
+        if compiling:
+            _LAST_COMPILE[0] = compiling[-1]
+        else:
+            _start_arm64_after_x86()
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    if nodeid == _LAST_COMPILE[0]:
+        _start_arm64_after_x86()
 
 
 def pytest_sessionfinish(session):
