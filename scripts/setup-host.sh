@@ -73,10 +73,10 @@ for qemu in "${foreign[@]}"; do
         || { echo "setup-host: qemu-$qemu is not registered with flag F; see update-binfmts --display qemu-$qemu" >&2; exit 1; }
 done
 
-# BuildKit's CLI plugin, for --builder buildx (compiler cache mounts, CA as a secret). Bookworm
-# has no docker-buildx package: take trixie's, verified through the archive's signed InRelease.
-install_buildx_from_trixie() {
-    local arch archive=http://deb.debian.org/debian work
+# A package of Debian trixie that bookworm lacks, verified through the archive's signed InRelease
+# (the Packages index's checksum, then the package's): its .deb is written to $2.
+fetch_from_trixie() { # package destination
+    local arch archive=http://deb.debian.org/debian work filename sha
     arch=$(dpkg --print-architecture)
     work=$(mktemp -d)
     curl -fsSL "$archive/dists/trixie/InRelease" -o "$work/InRelease"
@@ -84,15 +84,24 @@ install_buildx_from_trixie() {
     curl -fsSL "$archive/dists/trixie/main/binary-$arch/Packages.xz" -o "$work/Packages.xz"
     grep -q "$(sha256sum "$work/Packages.xz" | cut -d' ' -f1) .* main/binary-$arch/Packages.xz\$" "$work/InRelease"
     xz -d "$work/Packages.xz"
-    local filename sha
-    filename=$(awk '/^Package: docker-buildx$/{f=1} f&&/^Filename:/{print $2; exit}' "$work/Packages")
-    sha=$(awk '/^Package: docker-buildx$/{f=1} f&&/^SHA256:/{print $2; exit}' "$work/Packages")
-    curl -fsSL "$archive/$filename" -o "$work/buildx.deb"
-    echo "$sha  $work/buildx.deb" | sha256sum --check --quiet
+    filename=$(awk -v p="Package: $1" '$0==p{f=1} f&&/^Filename:/{print $2; exit}' "$work/Packages")
+    sha=$(awk -v p="Package: $1" '$0==p{f=1} f&&/^SHA256:/{print $2; exit}' "$work/Packages")
+    curl -fsSL "$archive/$filename" -o "$2"
+    echo "$sha  $2" | sha256sum --check --quiet
+    rm -rf "$work"
+}
+
+# BuildKit's CLI plugin, for --builder buildx (compiler cache mounts, CA as a secret). Bookworm
+# has no docker-buildx package: take trixie's binary (the package's dependencies are Docker's own).
+install_buildx_from_trixie() {
+    local work
+    work=$(mktemp -d)
+    fetch_from_trixie docker-buildx "$work/buildx.deb"
     dpkg-deb -x "$work/buildx.deb" "$work/root"
     install -D -m 0755 "$work/root/usr/libexec/docker/cli-plugins/docker-buildx" /usr/libexec/docker/cli-plugins/docker-buildx
     rm -rf "$work"
 }
+
 # Podman, as this host lets it run (every setting written says why; none is needed on RHEL):
 # - its default open-files and processes limits for containers (nofile 1048576) exceed this
 #   host's hard limits, which it cannot raise without CAP_SYS_RESOURCE: runc then refuses every
@@ -130,6 +139,18 @@ configure_podman() {
     fi
 }
 configure_podman
+
+# cosign, for --sign, `manifest --sign` and `verify` (signatures and attestations, with no
+# transparency log). Bookworm has no cosign package: install trixie's, which needs only libc6 2.34.
+if command -v cosign > /dev/null; then
+    say "cosign is installed"
+else
+    say "installing cosign from Debian trixie's cosign package (signature and checksums verified)"
+    work=$(mktemp -d)
+    fetch_from_trixie cosign "$work/cosign.deb"
+    dpkg -i "$work/cosign.deb" > /dev/null
+    rm -rf "$work"
+fi
 
 if [[ $engine == podman ]]; then
     socket=/run/podman/podman.sock

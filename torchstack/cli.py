@@ -1,4 +1,4 @@
-"""The command line, from arguments to exit status: build (the default), plan, render, list, matrix, fetch, bootstrap, test."""
+"""The command line, from arguments to exit status: build (the default), plan, render, list, matrix, fetch, bootstrap, manifest, inspect, test, verify, policy."""
 
 from __future__ import annotations
 
@@ -83,6 +83,13 @@ def _build_group(catalog: Catalog) -> click.Group:
 
             # Refused here, before any work; the build names the images again once its plan is final.
             pushes = wanted(plan, options["registry"], options["push_stages"], checked=not options["no_test"])
+        if options["sign"]:
+            from torchstack.signing import check_key, require_cosign
+
+            if not options["push"]:
+                raise UsageProblem("--sign signs what --push sends: add --push and --registry")
+            options["sign"] = check_key(options["sign"], "--sign", private=True)
+            require_cosign("--sign")
         if options["dry_run"]:
             click.echo(format_plan(plan))
             click.echo(f"engine        {choose(options['engine']).describe()}")
@@ -90,6 +97,8 @@ def _build_group(catalog: Catalog) -> click.Group:
                 click.echo(f"cache from    {options['cache_from']}: each stage image above, pulled where this engine lacks it")
             for local, remote in pushes:
                 click.echo(f"push          {local} -> {remote}")
+            if options["sign"]:
+                click.echo("sign          the pushed release image, by digest, with its SBOM and provenance attested (cosign)")
             return
         from torchstack.pipeline import run_build
 
@@ -219,8 +228,9 @@ def _manifest_command(catalog: Catalog) -> click.Command:
     @click.argument("sources", nargs=-1, required=True)
     @click.option("--arch", "arches", multiple=True, required=True,
                   help=f"An architecture the tag must hold, one of {', '.join(catalog.architectures)} (repeat).")
+    @click.option("--sign", metavar="KEY", help="Sign the list and each image in it (cosign, offline), as --sign does a build's.")
     @engine_option
-    def manifest_command(target: str, sources: tuple[str, ...], arches: tuple[str, ...], engine: str) -> None:
+    def manifest_command(target: str, sources: tuple[str, ...], arches: tuple[str, ...], sign: str | None, engine: str) -> None:
         """Join per-architecture images in a registry (SOURCES) as one multi-architecture tag (TARGET).
 
         For example: manifest ghcr.io/acme/torchstack:r26.11-torch-2.13.0-openblas
@@ -236,9 +246,17 @@ def _manifest_command(catalog: Catalog) -> click.Command:
             tags.check_repository(target.rpartition(":")[0] if ":" in target.rsplit("/", 1)[-1] else target)
         except UsageProblem:
             raise UsageProblem(f"{target}: not a valid image name (HOST[:PORT]/NAME:TAG, lowercase)") from None
+        if sign:
+            from torchstack import signing
+
+            sign = signing.check_key(sign, "--sign", private=True)
+            signing.require_cosign("--sign")
         expected = {a: catalog.architectures[a].docker.split("/", 1)[1] for a in dict.fromkeys(arches)}
         kind = choose(engine).kind  # the engine's CLI does this, not its API
         digest = join_architectures(target, list(sources), expected, lambda line: click.echo(line, err=True), kind)
+        if sign:
+            signed = signing.sign(f"{target.rpartition(':')[0]}@{digest}", sign, None, None, recursive=True)
+            click.echo(f"torchstack: signed {signed['reference']} and each image in it (cosign, no transparency log)", err=True)
         click.echo(f"{target}@{digest}")
 
     return manifest_command
@@ -293,10 +311,55 @@ def _test_command(catalog: Catalog) -> click.Command:
     return test_command
 
 
+def _verify_command(catalog: Catalog) -> click.Command:
+    @click.command("verify")
+    @click.argument("image")
+    @click.option("--key", required=True, help="The signer's public key (cosign.pub) or a KMS reference.")
+    @click.option("--pull", is_flag=True, help="Then pull the verified digest (never the tag, which may move).")
+    @engine_option
+    def verify_command(image: str, key: str, pull: bool, engine: str) -> None:
+        """Check IMAGE in its registry before use: its signature (each image's, for a multi-architecture
+        list), its SBOM and provenance attestations, both about this very digest, and the provenance
+        against the image's build-info. Prints the digest to pull."""
+        from torchstack import registry, signing
+
+        registry.parse(image)
+        key = signing.check_key(key, "--key", private=False)
+        signing.require_cosign("verify")
+        found = signing.verify(image, key)
+        for line in found.images:
+            click.echo(f"torchstack: verified {line}: signature, SBOM and provenance (this digest, its build-info)", err=True)
+        if pull:
+            client, chosen = connect(choose(engine))
+            client.images.pull(found.reference)
+            click.echo(f"torchstack: pulled {found.reference} ({chosen.kind})", err=True)
+        click.echo(found.reference)
+
+    return verify_command
+
+
+def _policy_command(catalog: Catalog) -> click.Command:
+    @click.command("policy")
+    @click.option("--registry", required=True, metavar="HOST[:PORT]/NAMESPACE", help="Where the signed images are (--push's --registry).")
+    @click.option("--key", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path), help="The public key (cosign.pub).")
+    @click.option("--output", required=True, type=click.Path(file_okay=False, path_type=Path), help="Folder to write the files in.")
+    def policy_command(registry: str, key: Path, output: Path) -> None:
+        """Write what nodes need to run only images under REGISTRY signed by KEY: policy.json and
+        registries.d/torchstack.yaml (Podman, CRI-O, OpenShift: /etc/containers/), kyverno-policy.yaml."""
+        from torchstack import policy
+        from torchstack.publish import check_registry
+
+        writable_folder(output, "--output", output)
+        for path in policy.write(output, check_registry(registry), key):
+            click.echo(path)
+
+    return policy_command
+
+
 def make_cli(catalog: Catalog) -> click.Group:
     cli = _build_group(catalog)
     for command in (_plan_command, _render_command, _list_command, _matrix_command, _fetch_command, _bootstrap_command,
-                    _manifest_command, _inspect_command, _test_command):  # fmt: skip
+                    _manifest_command, _inspect_command, _test_command, _verify_command, _policy_command):  # fmt: skip
         cli.add_command(command(catalog))
     return cli
 

@@ -120,6 +120,9 @@ def build_options(func):
                   "the image comes back here for the checks.")
     @click.option("--push", is_flag=True,
                   help="After the checks pass, push the release image to --registry (credentials: the Docker config).")
+    @click.option("--sign", metavar="KEY",
+                  help="With --push, sign the pushed release image and attest its SBOM and provenance with cosign, "
+                  "offline: a key file (password in $COSIGN_PASSWORD) or a KMS reference (awskms://...).")
     @click.option("--push-stages", is_flag=True,
                   help="With --push, push the stage images too, so other hosts' builds start from them.")
     @click.option("--registry", metavar="HOST[:PORT]/NAMESPACE",

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
-from torchstack import bootstrap, checks, connection, engine, layout, prerequisites, publish, requirements, sbom, sharing, sources
+from torchstack import bootstrap, checks, connection, engine, layout, prerequisites, publish, requirements, sbom, sharing, signing, sources
 from torchstack.errors import ChecksFailed, ToolkitError, UsageProblem
 from torchstack.model import Catalog
 from torchstack.metadata import stage_labels, torch_defects
@@ -302,7 +302,7 @@ def _say_first(view: BuildView, plan: Plan, options: dict, chosen, notes: list[s
         view.note(f"torchstack: base image {plan.base_image} is not here; {how}")
 
 
-def _summary(plan: Plan, chosen, release: _Release, pushed: list, seconds: float, log_path: Path) -> dict:
+def _summary(plan: Plan, chosen, release: _Release, pushed: list, signed: list, seconds: float, log_path: Path) -> dict:
     """The build's summary, as --json writes it (with the stages)."""
     return {
         "release_tag": plan.release_tag,
@@ -318,9 +318,24 @@ def _summary(plan: Plan, chosen, release: _Release, pushed: list, seconds: float
         "probes": release.probes,
         "sbom": str(release.sbom) if release.sbom else None,
         "pushed": [{"reference": p.reference, "digest": p.digest, "layers": p.layers, "attempts": p.attempts} for p in pushed],
+        "signed": signed,
         "seconds": round(seconds, 1),
         "log": str(log_path),
     }
+
+
+def _publish(client, kind: str, plan: Plan, options: dict, pushes: list, release: _Release, began: datetime, note) -> tuple[list, list]:
+    """The pushes, then with --sign the pushed release image signed, its SBOM and provenance attested."""
+    pushed = [publish.push(client, local, remote, note, kind) for local, remote in pushes]
+    for done in pushed:
+        layers = f", {done.layers} layers, {done.already_there} already there" if done.layers else ""
+        note(f"torchstack: pushed {done.reference} ({done.digest}{layers})")
+    if not options.get("sign"):
+        return pushed, []
+    signed = signing.sign_release(plan, pushed, publish.check_registry(options["registry"]), options["sign"], release.sbom,
+                                  client.images.get(plan.base_image).id, kind, began)  # fmt: skip
+    note(f"torchstack: signed {signed['reference']}, with its SBOM and provenance attested (cosign, no transparency log)")
+    return pushed, [signed]
 
 
 def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> Plan:
@@ -347,7 +362,7 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
     log_path = logs / f"{plan.release_tag}-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{os.getpid()}.log"
     reports = [StageReport(stage=s.name, image=s.image, tags=[s.image]) for s in plan.stages]
     contexts = sharing.private_folder(sources.state_dir() / "contexts", plan.release_tag)
-    started = time.monotonic()
+    started, began = time.monotonic(), datetime.now(timezone.utc)
 
     with _run_scope(client, options, contexts) as secrets, BuildView(reports, log_path, options.get("quiet", False)) as view:
         _say_first(view, plan, options, chosen, [*cleaned, *wheel_notes, *cpu_notes], base_missing)
@@ -368,12 +383,9 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
         with _lock(f"{plan.top_image} release", view):
             release = _check_and_tag(client, chosen, catalog, plan, options, view, contexts, log_path)
         reports[-1].tags.append(plan.top_image)
-        pushed = [publish.push(client, local, remote, view.note, chosen.kind) for local, remote in pushes]
-        for done in pushed:
-            layers = f", {done.layers} layers, {done.already_there} already there" if done.layers else ""
-            view.note(f"torchstack: pushed {done.reference} ({done.digest}{layers})")
+        pushed, signed = _publish(client, chosen.kind, plan, options, pushes, release, began, view.note)
 
-    summary = _summary(plan, chosen, release, pushed, time.monotonic() - started, log_path)
+    summary = _summary(plan, chosen, release, pushed, signed, time.monotonic() - started, log_path)
     if options.get("json_file"):
         write_json(options["json_file"], summary, reports)
     if not options.get("quiet"):

@@ -182,7 +182,7 @@ def join_architectures(target: str, sources: list[str], expected: dict[str, str]
         # Podman reads an image's platform only into a list of its own: the list is made first,
         # source by source, and removed however the join ends.
         scratch = f"torchstack-manifest-{os.getpid()}"
-        tls = [f"--tls-verify={'false' if _loopback(host) else 'true'}"]
+        tls = [f"--tls-verify={'false' if is_loopback(host) else 'true'}"]
         _cli("podman", "manifest", "create", scratch)
         try:
             def platforms(source: str) -> list[str]:
@@ -198,7 +198,7 @@ def join_architectures(target: str, sources: list[str], expected: dict[str, str]
         finally:
             subprocess.run(["podman", "manifest", "rm", scratch], capture_output=True)
     else:
-        insecure = ["--insecure"] if _loopback(host) else []  # as the engine: plain HTTP on loopback only
+        insecure = ["--insecure"] if is_loopback(host) else []  # as the engine: plain HTTP on loopback only
 
         def platforms(source: str) -> list[str]:
             answer = json.loads(_cli("docker", "manifest", "inspect", "--verbose", *insecure, source, missing_is_usage=True))
@@ -261,7 +261,7 @@ def _cli(tool: str, *args: str, missing_is_usage: bool = False) -> str:
     return result.stdout
 
 
-def _loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
     name = host.rsplit(":", 1)[0].strip("[]") if host.count(":") <= 1 or host.startswith("[") else host
     if name == "localhost":
         return True

@@ -171,18 +171,17 @@ class Background:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-# The two chains every engine run needs, built in the background. The x86_64 chain from the moment
-# collection ends, beside the unit tests (they use about one core); the arm64 chain under qemu once
-# the x86_64 chain and the tests marked `heavy` have ended. Most of the arm64 chain's work is
-# qemu running one guest process at a time: beside a numpy compile (which uses both cores) it took
-# a core from it for the whole of it, and in a cold CI run the CPU was saturated from the x86_64
-# chain to the end of the BuildKit compile test; the tests after those wait on the engine,
-# registries and pip more than they compute (the CPU was 50-70% busy), and the tests that read
-# the arm64 chain run last (pytest_collection_modifyitems).
+# The two chains every engine run needs, built in the background from the moment collection ends.
+# The x86_64 chain first, beside the unit tests (they use about one core); the arm64 chain under
+# qemu when it ends. Most of the arm64 chain's work is qemu running one guest process at a time:
+# started beside the x86_64 chain, whose numpy compile uses both cores, it took half of them for
+# the whole of it; started after the BuildKit compile test instead (tried on 2026-11-25), it slowed
+# the Podman, zendnn and second-engine tests by more than it saved (a cold run took 61 min, not
+# about 48): right after the x86_64 chain, it runs beside the benchmark and tests that wait on the
+# engine, registries and pip more than they compute. The tests that read it run last
+# (pytest_collection_modifyitems).
 X86 = Background("x86", X86_ARGS)
 ARM64 = Background("arm64", [*ARM64_ARGS, "--quiet"])
-# The node ID of the last test marked `heavy`, whose end starts the arm64 chain (None: none such).
-_LAST_COMPILE: list[str | None] = [None]
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -192,11 +191,74 @@ def pytest_collection_modifyitems(session, config, items):
     items.sort(key=lambda item: "arm64_build" in getattr(item, "fixturenames", ()))
 
 
-def _start_arm64_after_x86() -> None:
+class BackgroundCall:
+    """A slow set-up of the session that needs little CPU, run in a thread from the moment the x86_64
+    chain ends; its result (or its failure, raised) when a test asks for it."""
+
+    def __init__(self, work, undo):
+        self.work, self.undo = work, undo
+        self.thread: threading.Thread | None = None
+        self.value, self.error = None, None
+        self.lock = threading.Lock()
+
+    def _run(self) -> None:
+        try:
+            self.value = self.work()
+        except BaseException as exc:  # raised again in the test that asks
+            self.error = exc
+
+    def start(self) -> None:
+        with self.lock:
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, daemon=True)
+                self.thread.start()
+
+    def result(self):
+        self.start()
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+    def stop(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+            if self.value is not None:
+                self.undo(self.value)
+
+
+# trixie's skopeo, which enforces sigstore signatures in policy.json (bookworm's Podman and skopeo
+# have them switched off by a Debian patch), in an image made from our own bootstrapped trixie OS
+# image. Its making is mostly downloads and unpacking: it runs beside the tests, from the x86_64 chain's end.
+SKOPEO_IMAGE = "torchstack-test-skopeo:trixie"
+
+
+def _skopeo_image() -> str:
+    made = run_build_py("bootstrap", "--distribution", "trixie")
+    if made.returncode != 0:
+        raise RuntimeError(f"bootstrapping trixie failed: {made.stderr[-2000:]}")
+    os_image = made.stdout.strip().splitlines()[-1]
+    dockerfile = (f"FROM {os_image}\nRUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
+                  "--no-install-recommends skopeo > /dev/null && rm -rf /var/lib/apt/lists/*\n")  # fmt: skip
+    docker.from_env().images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=SKOPEO_IMAGE, rm=True, network_mode="host")
+    return SKOPEO_IMAGE
+
+
+def _remove_image(name: str) -> None:
+    with contextlib.suppress(docker.errors.ImageNotFound):
+        docker.from_env().images.remove(name)
+
+
+SKOPEO = BackgroundCall(_skopeo_image, _remove_image)
+
+
+def _after_x86(starters: list) -> None:
+    """Start each of `starters` once the x86_64 chain has ended (at once when it is not building)."""
     def run() -> None:
         if X86.process is not None:
             X86.process.wait()
-        ARM64.start()
+        for start in starters:
+            start()
 
     threading.Thread(target=run, daemon=True).start()
 
@@ -212,22 +274,19 @@ def pytest_collection_finish(session):
     if x86 and (folder := _named_wheelhouse()):
         X86.env = {"PIP_FIND_LINKS": folder}
         X86.start()
-    compiling = [item.nodeid for item in session.items if item.get_closest_marker("heavy")]
-    if arm64:
-        if compiling:
-            _LAST_COMPILE[0] = compiling[-1]
-        else:
-            _start_arm64_after_x86()
-
-
-def pytest_runtest_logfinish(nodeid, location):
-    if nodeid == _LAST_COMPILE[0]:
-        _start_arm64_after_x86()
+    _after_x86([*([ARM64.start] if arm64 else []), *([SKOPEO.start] if _wanted(session, "skopeo") else [])])
 
 
 def pytest_sessionfinish(session):
     for build in (ARM64, X86):
         build.stop()
+    SKOPEO.stop()
+
+
+@pytest.fixture(scope="session")
+def skopeo(client) -> str:
+    """The image with trixie's skopeo (SKOPEO_IMAGE), made in the background; removed when the session ends."""
+    return SKOPEO.result()
 
 
 @pytest.fixture(scope="session")
@@ -349,11 +408,30 @@ def registry(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def pushed(client, x86_build, registry, tmp_path_factory):
-    """The README's build again, with --push --push-stages: a no-op rebuild, then the pushes."""
+def cosign_keys(tmp_path_factory) -> dict:
+    """Two cosign key pairs, ours (which --sign uses) and another's, with the password cosign reads
+    from COSIGN_PASSWORD: {"ours": (private, public), "other": (...), "env": {...}}."""
+    if not shutil.which("cosign"):
+        pytest.fail("cosign is missing: run scripts/setup-host.sh")
+    folder = tmp_path_factory.mktemp("cosign")
+    env = {"COSIGN_PASSWORD": uuid.uuid4().hex}
+    keys = {}
+    for name in ("ours", "other"):
+        made = subprocess.run(["cosign", "generate-key-pair", "--output-key-prefix", str(folder / name)],
+                              env={**os.environ, **env}, capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert made.returncode == 0, made.stderr
+        keys[name] = (folder / f"{name}.key", folder / f"{name}.pub")
+    return {**keys, "env": env}
+
+
+@pytest.fixture(scope="session")
+def pushed(client, x86_build, registry, cosign_keys, tmp_path_factory):
+    """The README's build again, with --push --push-stages --sign: a no-op rebuild, then the pushes,
+    then the release image signed with its SBOM and provenance attested (ours key)."""
     summary = tmp_path_factory.mktemp("push") / "summary.json"
     result = run_build_py(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--json", str(summary),
-                          "--push", "--push-stages", "--registry", f"{registry}/ml")  # fmt: skip
+                          "--push", "--push-stages", "--registry", f"{registry}/ml", "--sign", str(cosign_keys["ours"][0]),
+                          env=cosign_keys["env"])  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     yield json.loads(summary.read_text()), result
     untag(client, f"{registry}/")
@@ -479,8 +557,10 @@ def podman_engine(registry: str) -> Iterator[dict]:
 
 
 @pytest.fixture(scope="session")
-def arm64_pushed(arm64_build, registry) -> str:
-    """The emulated arm64 image in the loopback registry, pushed by the Docker engine once per session."""
-    sent = run_build_py(*ARM64_ARGS, "--push", "--registry", f"{registry}/ml", "--quiet")
+def arm64_pushed(arm64_build, registry, cosign_keys) -> str:
+    """The emulated arm64 image in the loopback registry, pushed by the Docker engine once per session
+    and signed (ours key)."""
+    sent = run_build_py(*ARM64_ARGS, "--push", "--registry", f"{registry}/ml", "--quiet", "--sign", str(cosign_keys["ours"][0]),
+                        env=cosign_keys["env"])  # fmt: skip
     assert sent.returncode == 0, sent.stdout[-3000:] + sent.stderr[-3000:]
     return f"{registry}/ml/torchstack:{arm64_build['release_tag']}"

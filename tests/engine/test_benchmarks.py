@@ -15,7 +15,6 @@ from torchstack.model import ROOT
 pytestmark = pytest.mark.engine
 
 
-@pytest.mark.heavy
 def test_the_benchmark_prints_and_writes_every_figure(x86_build, tmp_path):
     figures_file = tmp_path / "figures.json"
     result = subprocess.run(

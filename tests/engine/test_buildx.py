@@ -25,7 +25,6 @@ def ccache_counts(stderr: str) -> tuple[int, int]:
     return hits, misses
 
 
-@pytest.mark.heavy
 def test_a_patch_recompiles_only_what_it_touches(client, repo_copy, unique_tag, tmp_path):
     args = ["--build-type", "tools", "--openblas-from", "distro", "--builder", "buildx",
             "--ca-bundle", str(CA_BUNDLE), "--tag", unique_tag]  # fmt: skip

@@ -103,8 +103,10 @@ def test_a_registry_that_does_not_answer_is_tried_again_then_one_line(client, x8
 
 
 @pytest.mark.emulated
-def test_manifest_joins_the_x86_64_and_the_emulated_arm64_image(client, x86_build, arm64_build, arm64_pushed, registry, pushed):
-    """The two images CI builds, one multi-architecture tag; refused while an architecture is missing."""
+def test_manifest_joins_the_x86_64_and_the_emulated_arm64_image(client, x86_build, arm64_build, arm64_pushed, registry, pushed,
+                                                               cosign_keys):  # fmt: skip
+    """The two images CI builds, one multi-architecture tag, signed with each image in it, verified;
+    refused while an architecture is missing."""
     x86, arm64 = pushed[0]["pushed"][-1]["reference"], arm64_pushed
     target = f"{registry}/ml/torchstack:r26.11-multiarch"
     both = ["--arch", "x86_64", "--arch", "aarch64"]
@@ -117,9 +119,15 @@ def test_manifest_joins_the_x86_64_and_the_emulated_arm64_image(client, x86_buil
     twice = run_build_py("manifest", target, x86, x86, *both)
     assert twice.returncode == 2 and "both x86_64 images" in twice.stderr, twice.stderr
 
-    made = run_build_py("manifest", target, x86, arm64, *both)
+    made = run_build_py("manifest", target, x86, arm64, *both, "--sign", str(cosign_keys["ours"][0]), env=cosign_keys["env"])
     assert made.returncode == 0, made.stderr[-3000:]
     assert listed_architectures(registry, "ml/torchstack", "r26.11-multiarch") == ["amd64", "arm64"]
+    # Each image of the list verifies: the list's signature and each image's (--recursive), and the
+    # SBOM and provenance each image's own build attested.
+    verified = run_build_py("verify", target, "--key", str(cosign_keys["ours"][1]))
+    assert verified.returncode == 0, verified.stderr[-2000:]
+    assert verified.stdout.strip() == made.stdout.strip().replace(":r26.11-multiarch@", "@"), (verified.stdout, made.stdout)
+    assert sorted(line.split()[2] for line in verified.stderr.splitlines() if "verified" in line) == ["linux/amd64", "linux/arm64"]
     # Pulled for arm64, the tag gives the arm64 image itself.
     client.images.remove(arm64)
     pulled = subprocess.run(["docker", "pull", "--platform", "linux/arm64", target], capture_output=True, text=True, timeout=900)

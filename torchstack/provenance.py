@@ -1,0 +1,67 @@
+"""What a release image was built from, as a SLSA provenance (v1) predicate that `--sign` attests."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from pathlib import Path
+
+from torchstack.metadata import applied_patches, build_info, toolkit_revision
+from torchstack.plan import Plan
+
+# SLSA v1's predicate type, as cosign's `--type slsaprovenance1` names it in the statement.
+PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
+BUILD_TYPE = "urn:torchstack:build:v1"
+BUILDER_ID = "urn:torchstack:build.py"
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def inputs(plan: Plan, base_id: str) -> list[dict]:
+    """Every input of the build with its sha256, as SLSA's resolvedDependencies: the OS image (its
+    image ID), each source compiled and its patches, the torch wheel, each plugin wheel, the
+    --requirements file."""
+    found = [{"name": plan.base_image, "digest": {"sha256": base_id.removeprefix("sha256:")}}]
+    for component in plan.components:
+        if component.method == "source" and component.source is not None:
+            found.append({"name": f"{component.name}-{component.version}", "uri": component.source.url,
+                          "digest": {"sha256": component.source.sha256}})  # fmt: skip
+            found += [{"name": f"patches/{component.name}/{p['name']}", "digest": {"sha256": p["sha256"]}}
+                      for p in applied_patches(component.name)]  # fmt: skip
+    if plan.torch_wheel_file is not None:
+        found.append({"name": plan.torch_wheel_file.name, "digest": {"sha256": file_sha256(plan.torch_wheel_file)}})
+    found += [{"name": p.wheel.path.name, "digest": {"sha256": p.wheel.sha256}} for p in plan.plugins if p.wheel]
+    if plan.requirements is not None:
+        found.append({"name": plan.requirements.path.name, "digest": {"sha256": plan.requirements.sha256}})
+    return found
+
+
+def predicate(plan: Plan, base_id: str, engine: str, started: datetime, finished: datetime) -> dict:
+    """The provenance predicate of the release image `plan` describes. externalParameters is what
+    was asked for; internalParameters the image's whole build-info, as its label holds it (what
+    `verify` compares the image against)."""
+    return {
+        "buildDefinition": {
+            "buildType": BUILD_TYPE,
+            "externalParameters": {
+                "release_tag": plan.release_tag, "backend": plan.backend.name, "target": plan.target.name,
+                "arch": plan.arch.name, "distribution": plan.distribution.name, "torch_version": plan.torch_version,
+                "methods": {c.name: c.method for c in plan.components}, "runtime": plan.runtime,
+                "plugins": [p.requirement for p in plan.plugins],
+                "requirements": list(plan.requirements.requested) if plan.requirements else [],
+            },  # fmt: skip
+            "internalParameters": {"build_info": build_info(plan)},
+            "resolvedDependencies": inputs(plan, base_id),
+        },
+        "runDetails": {
+            "builder": {"id": BUILDER_ID, "version": {"torchstack": toolkit_revision()["revision"] or toolkit_revision()["version"],
+                                                      "engine": engine, "builder": plan.builder}},  # fmt: skip
+            "metadata": {"startedOn": started.isoformat(timespec="seconds"), "finishedOn": finished.isoformat(timespec="seconds")},
+        },
+    }

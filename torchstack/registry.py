@@ -1,0 +1,115 @@
+"""Reads an image's manifest, its configuration from a registry's HTTP API, without pulling its layers."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+
+from torchstack.errors import ToolkitError, UsageProblem
+from torchstack.publish import is_loopback
+
+# Both generations of image manifests and lists: Docker's and OCI's.
+ACCEPT = ", ".join([
+    "application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.oci.image.manifest.v1+json", "application/vnd.docker.distribution.manifest.v2+json",
+])  # fmt: skip
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+class RegistryProblem(ToolkitError):
+    """The registry could not be read, or does not hold what was named."""
+
+
+@dataclass(frozen=True)
+class Reference:
+    host: str
+    repository: str
+    tag: str | None
+    digest: str | None
+
+    @property
+    def name(self) -> str:
+        return f"{self.host}/{self.repository}"
+
+    def __str__(self) -> str:
+        return self.name + (f":{self.tag}" if self.tag else "") + (f"@{self.digest}" if self.digest else "")
+
+
+def parse(text: str) -> Reference:
+    """HOST/REPOSITORY[:TAG][@sha256:DIGEST]; the host is required (an image checked here is in a registry)."""
+    rest, _, digest = text.partition("@")
+    host, _, path = rest.partition("/")
+    if not path or not ("." in host or ":" in host or host == "localhost"):
+        raise UsageProblem(f"{text}: name the registry too (HOST[:PORT]/REPOSITORY:TAG, or @sha256:...)")
+    repository, _, tag = path.rpartition(":") if ":" in path.rsplit("/", 1)[-1] else (path, "", "")
+    if digest and not DIGEST.fullmatch(digest):
+        raise UsageProblem(f"{text}: a digest is sha256: and 64 hex digits")
+    if not tag and not digest:
+        tag = "latest"
+    return Reference(host, repository, tag or None, digest or None)
+
+
+def _docker_auth(host: str) -> tuple[str, str] | None:
+    """The user and password `docker login HOST` stored in the Docker config, if it stored them there."""
+    config = Path(os.environ.get("DOCKER_CONFIG", Path.home() / ".docker")) / "config.json"
+    try:
+        entry = json.loads(config.read_text()).get("auths", {}).get(host, {})
+    except (OSError, ValueError):
+        return None
+    if not entry.get("auth"):
+        return None
+    user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
+    return user, password
+
+
+class Registry:
+    """One registry host, over HTTPS (plain HTTP on loopback, as the engine allows), with the
+    Docker config's login and the token the registry asks for."""
+
+    def __init__(self, host: str):
+        self.host = host
+        self.base = f"{'http' if is_loopback(host) else 'https'}://{host}/v2"
+        self.session = requests.Session()
+        self.auth = _docker_auth(host)
+
+    def _get(self, path: str, accept: str = "*/*") -> requests.Response:
+        url = f"{self.base}/{path}"
+        try:
+            answer = self.session.get(url, headers={"Accept": accept}, timeout=60)
+            if answer.status_code == 401 and "Bearer" in answer.headers.get("WWW-Authenticate", ""):
+                self._token(answer.headers["WWW-Authenticate"])
+                answer = self.session.get(url, headers={"Accept": accept}, timeout=60)
+            elif answer.status_code == 401 and self.auth:
+                answer = self.session.get(url, headers={"Accept": accept}, auth=self.auth, timeout=60)
+        except requests.RequestException as exc:
+            raise RegistryProblem(f"{self.host}: {' '.join(str(exc).split())[:200]}") from None
+        if answer.status_code == 404:
+            raise RegistryProblem(f"{self.host}/{path.replace('/manifests/', ':', 1)}: not in the registry")
+        if answer.status_code >= 400:
+            raise RegistryProblem(f"{self.host}: {answer.status_code} for {path} (log in with `docker login {self.host}`)")
+        return answer
+
+    def _token(self, challenge: str) -> None:
+        fields = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+        params = {k: v for k, v in fields.items() if k in ("service", "scope")}
+        answer = requests.get(fields.get("realm", ""), params=params, auth=self.auth, timeout=60)
+        if answer.status_code >= 400:
+            raise RegistryProblem(f"{self.host}: no token ({answer.status_code}); log in with `docker login {self.host}`")
+        token = answer.json().get("token") or answer.json().get("access_token")
+        self.session.headers["Authorization"] = f"Bearer {token}"
+
+    def manifest(self, reference: Reference) -> tuple[str, dict]:
+        """The digest and the manifest (or list) `reference` names now."""
+        answer = self._get(f"{reference.repository}/manifests/{reference.digest or reference.tag}", ACCEPT)
+        digest = answer.headers.get("Docker-Content-Digest") or reference.digest
+        return digest, answer.json()
+
+    def config(self, repository: str, manifest: dict) -> dict:
+        """An image manifest's configuration (its labels under config.Labels)."""
+        return self._get(f"{repository}/blobs/{manifest['config']['digest']}").json()
