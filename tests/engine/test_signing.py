@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import io
 import json
 import os
 import subprocess
@@ -45,9 +44,11 @@ def test_the_pushed_release_is_signed_its_attestations_describe_it_and_verify_gi
     assert f"torchstack: signed {repository}@{digest}" in result.stdout + result.stderr
     assert str(cosign_keys["ours"][0]) not in json.dumps(summary) and cosign_keys["env"]["COSIGN_PASSWORD"] not in result.stdout + result.stderr
 
-    verified = run_build_py("verify", tagged, "--key", str(cosign_keys["ours"][1]))
+    verified = run_build_py("verify", tagged, "--key", str(cosign_keys["ours"][1]), "--pull")
     assert verified.returncode == 0, verified.stderr[-2000:]
     assert verified.stdout.strip() == f"{repository}@{digest}"
+    assert f"torchstack: pulled {repository}@{digest} (docker)" in verified.stderr
+    assert client.images.get(f"{repository}@{digest}").id == client.images.get(x86_build["final_image"]).id
 
     # The provenance names what the image's build-info names, by the same sha256, and the torch
     # wheel and the OS image the build used.
@@ -111,23 +112,6 @@ def _copy_into(registry: str, source_repository: str, target_repository: str, so
             f"{base}/{target_repository}/blobs/uploads/?mount={blob['digest']}&from={source_repository}", method="POST"))
     urllib.request.urlopen(urllib.request.Request(f"{base}/{target_repository}/manifests/{target}", data=body, method="PUT",
                                                   headers={"Content-Type": kind}))  # fmt: skip
-
-# trixie's skopeo enforces sigstore signatures (bookworm's Podman and skopeo have them switched off
-# by a Debian patch): it runs in a container made from our own bootstrapped trixie OS image.
-SKOPEO_IMAGE = "torchstack-test-skopeo:trixie"
-
-
-@pytest.fixture(scope="module")
-def skopeo(client):
-    made = run_build_py("bootstrap", "--distribution", "trixie")
-    assert made.returncode == 0, made.stderr[-2000:]
-    os_image = made.stdout.strip().splitlines()[-1]
-    dockerfile = (f"FROM {os_image}\nRUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
-                  "--no-install-recommends skopeo > /dev/null && rm -rf /var/lib/apt/lists/*\n")  # fmt: skip
-    client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=SKOPEO_IMAGE, rm=True, network_mode="host")
-    yield SKOPEO_IMAGE
-    client.images.remove(SKOPEO_IMAGE)
-
 
 def test_podmans_policy_json_admits_the_signed_release_and_refuses_a_wrong_key_an_unsigned_image_and_another_repository(
     client, registry, pushed, cosign_keys, skopeo, tmp_path
