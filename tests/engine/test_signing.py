@@ -120,7 +120,7 @@ def test_podmans_policy_json_admits_the_signed_release_and_refuses_a_wrong_key_a
     policy.json, registries.d), enforced by trixie's skopeo on a pull from the loopback registry."""
     tagged, digest = release(pushed)
     summary, _ = pushed
-    stage = next(p for p in summary["pushed"] if "/torchstack-dev:" in p["reference"])
+    stage = next(p for p in summary["pushed"] if "/torchstack-tools:" in p["reference"])  # no one signed it
     # The release image and its signature, in another repository of the same registry (a copy
     # with its signature: cosign signed the repository it was pushed to).
     source, tag = tagged.split("/", 1)[1].rpartition(":")[::2]
@@ -143,6 +143,6 @@ def test_podmans_policy_json_admits_the_signed_release_and_refuses_a_wrong_key_a
     assert accepted.returncode == 0, accepted.stderr[-2000:]
     for reference, key, why in ((tagged, other, "cryptographic signature verification failed"),
                                 (stage["reference"], ours, "A signature was required, but no signature exists"),
-                                (f"{registry}/ml/elsewhere:{tag}", ours, "not match")):  # fmt: skip
+                                (f"{registry}/ml/elsewhere:{tag}", ours, "/ml/torchstack\\\" is not accepted")):  # fmt: skip
         refused = pull(reference, key)
         assert refused.returncode != 0 and why in refused.stderr, (reference, refused.stderr[-2000:])
