@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
 from datetime import datetime
-from pathlib import Path
 
 from torchstack.metadata import applied_patches, build_info, toolkit_revision
 from torchstack.plan import Plan
+from torchstack.sources import sha256_of
 
 # SLSA v1's predicate type, as cosign's `--type slsaprovenance1` names it in the statement.
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
 BUILD_TYPE = "urn:torchstack:build:v1"
 BUILDER_ID = "urn:torchstack:build.py"
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def inputs(plan: Plan, base_id: str) -> list[dict]:
@@ -35,7 +26,7 @@ def inputs(plan: Plan, base_id: str) -> list[dict]:
             found += [{"name": f"patches/{component.name}/{p['name']}", "digest": {"sha256": p["sha256"]}}
                       for p in applied_patches(component.name)]  # fmt: skip
     if plan.torch_wheel_file is not None:
-        found.append({"name": plan.torch_wheel_file.name, "digest": {"sha256": file_sha256(plan.torch_wheel_file)}})
+        found.append({"name": plan.torch_wheel_file.name, "digest": {"sha256": sha256_of(plan.torch_wheel_file)}})
     found += [{"name": p.wheel.path.name, "digest": {"sha256": p.wheel.sha256}} for p in plan.plugins if p.wheel]
     if plan.requirements is not None:
         found.append({"name": plan.requirements.path.name, "digest": {"sha256": plan.requirements.sha256}})

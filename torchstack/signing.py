@@ -43,14 +43,18 @@ def require_cosign(option: str) -> None:
 
 
 def check_key(key: str, option: str, private: bool) -> str:
-    """A key reference cosign takes: a KMS-style URI as it is, else a key file, which must exist."""
+    """A key reference cosign takes, on a host that has cosign: a KMS-style URI as it is, else a key
+    file, which must exist. Refused in one line before any work."""
     if key.startswith(KEY_SCHEMES):
-        return key
-    path = Path(key).expanduser()
-    if not path.is_file():
-        kind = "a cosign private key (cosign generate-key-pair)" if private else "a public key (cosign.pub)"
-        raise UsageProblem(f"{option} {key}: no such file; give {kind} or a KMS reference ({', '.join(KEY_SCHEMES[:4])}...)")
-    return str(path.resolve())
+        found = key
+    else:
+        path = Path(key).expanduser()
+        if not path.is_file():
+            kind = "a cosign private key (cosign generate-key-pair)" if private else "a public key (cosign.pub)"
+            raise UsageProblem(f"{option} {key}: no such file; give {kind} or a KMS reference ({', '.join(KEY_SCHEMES[:4])}...)")
+        found = str(path.resolve())
+    require_cosign(option)
+    return found
 
 
 def _cosign(what: str, *args: str, failure: type[ToolkitError] = SigningFailed) -> str:
@@ -107,12 +111,16 @@ def _statements(reference: str, key: str, kind: str) -> list[dict]:
     return found
 
 
+def _verify_signature(pinned: str, key: str) -> None:
+    _cosign(f"{pinned}: no signature verifies with this key (unsigned, or signed with another)", "verify", "--key", key,
+            *OFFLINE_VERIFY, pinned, failure=NotVerified)  # fmt: skip
+
+
 def _verify_image(where: registry.Registry, ref: registry.Reference, digest: str, manifest: dict, key: str, tag: str | None) -> str:
     """One image (not a list): its signature, its two attestations, each about this digest, and its
     provenance about what its labels say. The image's platform."""
     pinned = f"{ref.name}@{digest}"
-    _cosign(f"{pinned}: no signature verifies with this key (unsigned, or signed with another)", "verify", "--key", key,
-            *OFFLINE_VERIFY, pinned, failure=NotVerified)  # fmt: skip
+    _verify_signature(pinned, key)
     config = where.config(ref.repository, manifest)
     labels = config.get("config", {}).get("Labels") or {}
     if tag and labels.get(VERSION_LABEL) != tag:
@@ -140,8 +148,7 @@ def verify(text: str, key: str) -> Verified:
     pinned = f"{ref.name}@{digest}"
     found = Verified(reference=pinned)
     if "manifests" in manifest:  # a list: signed with --recursive, each image attested by its own build
-        _cosign(f"{pinned}: no signature verifies with this key (unsigned, or signed with another)", "verify", "--key",
-                key, *OFFLINE_VERIFY, pinned, failure=NotVerified)  # fmt: skip
+        _verify_signature(pinned, key)
         for entry in manifest["manifests"]:
             child_digest, child = where.manifest(registry.Reference(ref.host, ref.repository, None, entry["digest"]))
             found.images.append(f"{_verify_image(where, ref, child_digest, child, key, None)} {child_digest}")
