@@ -112,9 +112,10 @@ class Payload:
 
     libraries: tuple[ShippedLibraries, ...]  # compiled components' shared libraries
     packages: tuple[str, ...]  # Debian packages
-    python_constraints: tuple[str, ...]  # name==version pins torch and its dependencies install at
+    python_constraints: tuple[str, ...]  # name==version pins torch, its dependencies and the plugins install at
     settings: dict[str, RuntimeSetting]  # environment settings, default or documented
     installer: bool = True  # pip stays, held by the image's pins (layout.PINS); runtime "slim": none
+    torch_constraints: tuple[str, ...] = ()  # those of python_constraints that torch's own install reads
 
     @property
     def library_dirs(self) -> list[str]:

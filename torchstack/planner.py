@@ -212,6 +212,7 @@ def _payload(selection: Selection, components: tuple[ComponentPlan, ...]) -> Pay
         })),  # fmt: skip
         settings={**selection.arch.runtime.env, **selection.backend.runtime.env},
         installer=selection.runtime == "full",
+        torch_constraints=tuple(sorted({r for c in components for r in c.runtime_requirements})),
     )
 
 

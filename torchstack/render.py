@@ -152,6 +152,33 @@ def _place(src: Path, dest: Path) -> None:
         shutil.copy2(src, dest)
 
 
+def _release_files(plan: Plan, dest: Path) -> list[str]:
+    """The final stage's own files (plugins, requirements, the start-up hook, the examples, the
+    entry point, the pins, the build info) into `dest`; the names of those not there yet."""
+    missing: list[str] = []
+    (dest / "plugins").mkdir()
+    for p in plan.plugins:
+        if p.wheel is not None:
+            _place(p.wheel.path, dest / "plugins" / p.wheel.path.name)
+        else:
+            missing.append(f"{p.requirement} (a plugin wheel, downloaded when the build starts)")
+    if app := plan.requirements:
+        _place(app.path, dest / "requirements" / "requirements.txt")
+        (dest / "requirements" / "resolved.txt").write_text("".join(f"{pin}\n" for pin in app.resolved))
+    for name in ("probe.py", *layout.STARTUP_FILES):
+        _place(SCRIPTS / name, dest / name)
+    shutil.copytree(EXAMPLES, dest / "examples", ignore=shutil.ignore_patterns("__pycache__"))
+    _place(SCRIPTS / "entrypoint.sh", dest / "entrypoint.sh")
+    (dest / "entrypoint.conf").write_text(entrypoint_conf(plan))
+    # torch's pins for its own step, and every pin for the plugins' step: an image with plugins
+    # reuses the install of torch that an image without them made
+    (dest / "constraints.txt").write_text("".join(f"{pin}\n" for pin in plan.payload.torch_constraints))
+    if plan.plugins:
+        (dest / "plugins" / "constraints.txt").write_text("".join(f"{pin}\n" for pin in plan.payload.python_constraints))
+    (dest / "build-info.json").write_text(json.dumps(build_info(plan), indent=2, sort_keys=True) + "\n")
+    return missing
+
+
 def assemble_context(
     plan: Plan,
     stage: StagePlan,
@@ -190,22 +217,7 @@ def assemble_context(
             else:
                 missing.append(posixpath.basename(c.env["WHEEL"]))
     if stage.name == RELEASE_STAGE:
-        (dest / "plugins").mkdir()
-        for p in plan.plugins:
-            if p.wheel is not None:
-                _place(p.wheel.path, dest / "plugins" / p.wheel.path.name)
-            else:
-                missing.append(f"{p.requirement} (a plugin wheel, downloaded when the build starts)")
-        if app := plan.requirements:
-            _place(app.path, dest / "requirements" / "requirements.txt")
-            (dest / "requirements" / "resolved.txt").write_text("".join(f"{pin}\n" for pin in app.resolved))
-        for name in ("probe.py", *layout.STARTUP_FILES):
-            _place(SCRIPTS / name, dest / name)
-        shutil.copytree(EXAMPLES, dest / "examples", ignore=shutil.ignore_patterns("__pycache__"))
-        _place(SCRIPTS / "entrypoint.sh", dest / "entrypoint.sh")
-        (dest / "entrypoint.conf").write_text(entrypoint_conf(plan))
-        (dest / "constraints.txt").write_text("".join(f"{pin}\n" for pin in plan.payload.python_constraints))
-        (dest / "build-info.json").write_text(json.dumps(build_info(plan), indent=2, sort_keys=True) + "\n")
+        missing += _release_files(plan, dest)
     if plan.builder != "buildx":
         for key, path in secrets.files().items():
             name = BuildSecrets.PLACES[key][0]

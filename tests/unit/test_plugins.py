@@ -50,7 +50,14 @@ def test_plugins_that_fit_join_the_plan_the_tag_and_the_build_info(plan_for, plu
     assemble_context(plan, final, tmp_path / "final", {})
     dockerfile = (tmp_path / "final" / "Dockerfile").read_text()
     assert "COPY plugins/ /tmp/plugins/" in dockerfile and "/tmp/plugins/*.whl" in dockerfile and "pip\" check" in dockerfile
-    assert sorted(p.name for p in (tmp_path / "final" / "plugins").iterdir()) == sorted(p.name for p in folder.iterdir())
+    placed = tmp_path / "final" / "plugins"
+    assert sorted(p.name for p in placed.glob("*.whl")) == sorted(p.name for p in folder.iterdir())
+    # torch's step reads torch's pins alone (so that it is the step an image without plugins made);
+    # the plugins' step reads every pin, theirs too.
+    torch_pins = (tmp_path / "final" / "constraints.txt").read_text().split()
+    assert torch_pins == list(plan.payload.torch_constraints) and "sympy==1.14.0" in torch_pins
+    assert (placed / "constraints.txt").read_text().split() == list(plan.payload.python_constraints)
+    assert dockerfile.index("/tmp/wheels/torch-*.whl\n") < dockerfile.index("COPY plugins/")
 
 
 def test_a_plugin_for_another_platform_or_named_twice_is_refused(plan_for, plugin_wheels, tmp_path):
