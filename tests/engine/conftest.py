@@ -129,8 +129,7 @@ def client():
 
 class Background:
     """A build.py run of the session started before the tests that read it: its JSON summary and
-    its output wait in a folder of its own (removed when the session ends; "{folder}" in an
-    argument is that folder)."""
+    its output wait in a folder of its own (removed when the session ends)."""
 
     def __init__(self, name: str, args: list[str]):
         self.name, self.args = name, args
@@ -144,8 +143,7 @@ class Background:
                 return
             self.folder = Path(tempfile.mkdtemp(prefix=f"torchstack-{self.name}-"))
             self.output = open(self.folder / "output.log", "w+")
-            args = [arg.replace("{folder}", str(self.folder)) for arg in self.args]
-            command = [sys.executable, str(ROOT / "build.py"), *args, "--json", str(self.folder / "summary.json"), "--recheck"]
+            command = [sys.executable, str(ROOT / "build.py"), *self.args, "--json", str(self.folder / "summary.json"), "--recheck"]
             self.process = subprocess.Popen(command, cwd=ROOT, stdout=self.output, stderr=subprocess.STDOUT,
                                             env={**os.environ, **self.env})  # fmt: skip
 
@@ -173,24 +171,19 @@ class Background:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-# BuildKit's half of the proofs, on the tools stage (numpy compiled with the compiler cache mount,
-# which --ccache-dir also writes out to a host folder, as CI keeps it between runs): the BuildKit
-# compile test patches numpy on top of it, the reuse test pushes it for an empty engine.
-BUILDKIT_TOOLS = ["--build-type", "tools", "--openblas-from", "distro", "--builder", "buildx", "--ca-bundle",
-                  str(CA_BUNDLE), "--tag", "buildkit-tools"]  # fmt: skip
-
-# The chains every engine run needs, built in the background from the moment collection ends.
-# The x86_64 chain and BuildKit's tools chain side by side, beside the unit tests: each of their
-# numpy compiles leaves a core idle in its serial parts (meson's set-up, the link, the wheel) and
-# both wait on the network for Debian's and PyPI's packages; one after the other in the foreground,
-# the BuildKit compile took 11 to 15 minutes of a cold run beside the arm64 chain. The arm64 chain
-# under qemu when both have ended: most of its work is qemu running one guest process at a time;
-# started beside the numpy compiles, it took half of the cores for the whole of it; started after
-# the foreground tests that compute (tried on 2026-11-25), it slowed the Podman, zendnn and
-# second-engine tests by as much as it saved. The tests that read it run last
+# The two chains every engine run needs, built in the background from the moment collection ends.
+# The x86_64 chain first, beside the unit tests (they use about one core); the arm64 chain under
+# qemu when it ends. Most of the arm64 chain's work is qemu running one guest process at a time:
+# started beside the x86_64 chain, whose numpy compile uses both cores, it took half of them for
+# the whole of it; started after the BuildKit compile test instead (tried on 2026-11-25), it slowed
+# the Podman, zendnn and second-engine tests by more than it saved (a cold run took 61 min, not
+# about 48): right after the x86_64 chain, it runs beside the benchmark and tests that wait on the
+# engine, registries and pip more than they compute. The BuildKit compile test's cold tools chain
+# built in the background beside the x86_64 chain instead (tried on 2026-11-25, commit 1072a2d):
+# both compiles took twice as long, the arm64 chain started 11 minutes later, beside the Podman and
+# second-engine tests, and the cold run took longer. The tests that read it run last
 # (pytest_collection_modifyitems).
 X86 = Background("x86", X86_ARGS)
-BUILDKIT = Background("buildkit", [*BUILDKIT_TOOLS, "--ccache-dir", "{folder}/ccache"])
 ARM64 = Background("arm64", [*ARM64_ARGS, "--quiet"])
 
 
@@ -262,12 +255,11 @@ def _remove_image(name: str) -> None:
 SKOPEO = BackgroundCall(_skopeo_image, _remove_image)
 
 
-def _after_chains(starters: list) -> None:
-    """Start each of `starters` once the x86_64 and BuildKit chains have ended (at once when neither builds)."""
+def _after_x86(starters: list) -> None:
+    """Start each of `starters` once the x86_64 chain has ended (at once when it is not building)."""
     def run() -> None:
-        for chain in (X86, BUILDKIT):
-            if chain.process is not None:
-                chain.process.wait()
+        if X86.process is not None:
+            X86.process.wait()
         for start in starters:
             start()
 
@@ -285,13 +277,11 @@ def pytest_collection_finish(session):
     if x86 and (folder := _named_wheelhouse()):
         X86.env = {"PIP_FIND_LINKS": folder}
         X86.start()
-    if _wanted(session, "buildkit_tools"):
-        BUILDKIT.start()
-    _after_chains([*([ARM64.start] if arm64 else []), *([SKOPEO.start] if _wanted(session, "skopeo") else [])])
+    _after_x86([*([ARM64.start] if arm64 else []), *([SKOPEO.start] if _wanted(session, "skopeo") else [])])
 
 
 def pytest_sessionfinish(session):
-    for build in (ARM64, BUILDKIT, X86):
+    for build in (ARM64, X86):
         build.stop()
     SKOPEO.stop()
 
@@ -309,13 +299,6 @@ def x86_build(client):
     session, even on an image whose ID passed them in an earlier one."""
     X86.env = {"PIP_FIND_LINKS": x86_wheelhouse()}
     return X86.result()
-
-
-@pytest.fixture(scope="session")
-def buildkit_tools(client) -> dict:
-    """BuildKit's tools chain (BUILDKIT_TOOLS), built once per session in the background with its
-    compiler cache written out; its JSON summary, with `ccache_dir`, where that cache went."""
-    return {**BUILDKIT.result(), "ccache_dir": BUILDKIT.folder / "ccache"}
 
 
 @pytest.fixture(scope="session")
