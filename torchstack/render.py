@@ -152,6 +152,11 @@ def _place(src: Path, dest: Path) -> None:
         shutil.copy2(src, dest)
 
 
+def _write_pins(path: Path, pins: tuple[str, ...]) -> None:
+    """A pip constraints or requirements file: one `name==version` a line."""
+    path.write_text("".join(f"{pin}\n" for pin in pins))
+
+
 def _release_files(plan: Plan, dest: Path) -> list[str]:
     """The final stage's own files (plugins, requirements, the start-up hook, the examples, the
     entry point, the pins, the build info) into `dest`; the names of those not there yet."""
@@ -164,7 +169,7 @@ def _release_files(plan: Plan, dest: Path) -> list[str]:
             missing.append(f"{p.requirement} (a plugin wheel, downloaded when the build starts)")
     if app := plan.requirements:
         _place(app.path, dest / "requirements" / "requirements.txt")
-        (dest / "requirements" / "resolved.txt").write_text("".join(f"{pin}\n" for pin in app.resolved))
+        _write_pins(dest / "requirements" / "resolved.txt", app.resolved)
     for name in ("probe.py", *layout.STARTUP_FILES):
         _place(SCRIPTS / name, dest / name)
     shutil.copytree(EXAMPLES, dest / "examples", ignore=shutil.ignore_patterns("__pycache__"))
@@ -172,9 +177,9 @@ def _release_files(plan: Plan, dest: Path) -> list[str]:
     (dest / "entrypoint.conf").write_text(entrypoint_conf(plan))
     # torch's pins for its own step, and every pin for the plugins' step: an image with plugins
     # reuses the install of torch that an image without them made
-    (dest / "constraints.txt").write_text("".join(f"{pin}\n" for pin in plan.payload.torch_constraints))
+    _write_pins(dest / "constraints.txt", plan.payload.torch_constraints)
     if plan.plugins:
-        (dest / "plugins" / "constraints.txt").write_text("".join(f"{pin}\n" for pin in plan.payload.python_constraints))
+        _write_pins(dest / "plugins" / "constraints.txt", plan.payload.python_constraints)
     (dest / "build-info.json").write_text(json.dumps(build_info(plan), indent=2, sort_keys=True) + "\n")
     return missing
 
