@@ -50,6 +50,12 @@ README_ARGS = ["--torch-from", "wheel", "--openblas-from", "distro"]
 X86_ARGS = [*README_ARGS, "--ca-bundle", str(CA_BUNDLE)]
 
 
+# BuildKit's tools chain (numpy compiled with the compiler cache mount): the BuildKit compile test
+# builds it first (under a tag of its own), the reuse test pushes it for an empty engine, and so
+# takes it from the engine's cache.
+BUILDKIT_TOOLS = ["--build-type", "tools", "--openblas-from", "distro", "--builder", "buildx", "--ca-bundle",
+                  str(CA_BUNDLE), "--tag", "buildkit-tools"]  # fmt: skip
+
 # The arm64 image the emulated tests build: PyPI's aarch64 torch wheels are CPU builds carrying
 # oneDNN with ACL up to torch 2.8; from 2.9 on they are CUDA builds, which the toolkit refuses for
 # a CPU image. The 2.8.0 wheel reports itself as 2.8.0+cpu: the labels carry that, the tag 2.8.0.

@@ -8,7 +8,7 @@ import tarfile
 
 import pytest
 
-from tests.engine.conftest import CA_BUNDLE, run_build_py
+from tests.engine.conftest import BUILDKIT_TOOLS, run_build_py
 from torchstack.sources import cache_dir
 
 pytestmark = pytest.mark.engine
@@ -26,8 +26,7 @@ def ccache_counts(stderr: str) -> tuple[int, int]:
 
 
 def test_a_patch_recompiles_only_what_it_touches(client, repo_copy, unique_tag, tmp_path):
-    args = ["--build-type", "tools", "--openblas-from", "distro", "--builder", "buildx",
-            "--ca-bundle", str(CA_BUNDLE), "--tag", unique_tag]  # fmt: skip
+    args = [*BUILDKIT_TOOLS[:-1], unique_tag]  # the reuse test's request, under a tag of this test's own
     # --ccache-dir: the cache mount is also written out to a host folder, as CI keeps it between runs.
     saved = tmp_path / "ccache"
     # --no-test: this very image is checked where the BuildKit reuse test pushes it (test_reuse).

@@ -76,6 +76,11 @@ print(json.dumps(ran))
 # The example whose --benchmark mode the examples loop runs (a short one), and its arguments.
 BENCHMARKED = {"native": ("sdpa.py", ["--benchmark", "--runs", "2", "--warmup", "1"]),
                "emulated": ("resnet.py", ["--benchmark", "--runs", "1", "--warmup", "0"])}
+
+
+def _benchmarked(ours) -> tuple[str, list[str]]:
+    """The example this image's examples loop runs in --benchmark mode, and its arguments."""
+    return BENCHMARKED["emulated" if ours["arch"] != host_arch() else "native"]
 # OpenShift's restricted policy: a random user id, in group 0, with no passwd entry.
 ANY_USER = "123456:0"
 # A restricted pod (Kubernetes' restricted profile with a read-only root file system): that user,
@@ -519,7 +524,7 @@ def _examples(image, engine, ours) -> dict:
     compile.py's is the compile check's, natively), one of them in --benchmark mode: {NAME: its
     run as a testinfra result has it (rc, stdout, stderr), or None where not run}."""
     emulated = ours["arch"] != host_arch()
-    benchmarked, benchmark_args = BENCHMARKED["emulated" if emulated else "native"]
+    benchmarked, benchmark_args = _benchmarked(ours)
     with _running(image, engine, tmpfs=EXEC_TMP, **RESTRICTED) as pod:
         names = [path.rsplit("/", 1)[1] for path in pod.run(f"ls {EXAMPLES}/[!_]*.py").stdout.split()]
         wanted = [name for name in names if not (emulated and name not in UNDER_EMULATION)
@@ -642,7 +647,7 @@ def test_every_example_runs_in_a_restricted_pod(side_by_side, ours):
 @pytest.mark.side_by_side("examples")
 def test_each_example_benchmarks_to_one_json_line(side_by_side, ours):
     """The example the examples loop runs in --benchmark mode (BENCHMARKED) prints one JSON line."""
-    name, args = BENCHMARKED["emulated" if ours["arch"] != host_arch() else "native"]
+    name, args = _benchmarked(ours)
     result = side_by_side("examples")[name]
     assert result.rc == 0, result.stderr[-1500:]
     report = json.loads(result.stdout)
