@@ -81,6 +81,8 @@ BENCHMARKED = {"native": ("sdpa.py", ["--benchmark", "--runs", "2", "--warmup", 
 def _benchmarked(ours) -> tuple[str, list[str]]:
     """The example this image's examples loop runs in --benchmark mode, and its arguments."""
     return BENCHMARKED["emulated" if ours["arch"] != host_arch() else "native"]
+
+
 # OpenShift's restricted policy: a random user id, in group 0, with no passwd entry.
 ANY_USER = "123456:0"
 # A restricted pod (Kubernetes' restricted profile with a read-only root file system): that user,
