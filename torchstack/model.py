@@ -95,6 +95,8 @@ class Distribution(Frozen):
     # What torch.compile (Inductor) needs at run time: a C++ compiler, the Python headers its
     # generated code includes, and openssl (it hashes precompiled headers); "{python}" is `python`.
     compile_packages: tuple[str, ...]
+    # What torch.compile runs with at run time (runtime "full" only): environment defaults.
+    compile_env: dict[str, RuntimeSetting] = {}
     # What the installer (pip, runtime "full") needs at run time: the system CA store it trusts,
     # where a site adds its own CA (update-ca-certificates) for the images built on ours.
     installer_packages: tuple[str, ...] = ()

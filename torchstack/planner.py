@@ -210,7 +210,8 @@ def _payload(selection: Selection, components: tuple[ComponentPlan, ...]) -> Pay
         python_constraints=tuple(sorted({
             *(r for c in components for r in c.runtime_requirements), *(r for p in selection.plugins for r in p.requirements)
         })),  # fmt: skip
-        settings={**selection.arch.runtime.env, **selection.backend.runtime.env},
+        settings={**selection.arch.runtime.env, **selection.backend.runtime.env,
+                  **(selection.distribution.compile_env if selection.runtime == "full" else {})},  # fmt: skip
         installer=selection.runtime == "full",
         torch_constraints=tuple(sorted({r for c in components for r in c.runtime_requirements})),
     )
