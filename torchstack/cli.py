@@ -18,6 +18,7 @@ from torchstack.plan import Request
 from torchstack.planner import make_plan
 from torchstack.reports import backend_details, format_inspection, format_plan
 from torchstack.sharing import Terminated
+from torchstack.sources import state_dir
 
 
 def _fail(message: str, code: int) -> None:
@@ -301,6 +302,9 @@ def _test_command(catalog: Catalog) -> click.Command:
         from torchstack import checks
 
         client, chosen = connect(choose(engine))
+        # A check run killed outright (SIGKILL) leaves its containers: the next run removes them.
+        for line in sharing.sweep(client, state_dir() / "contexts"):
+            click.echo(line, err=True)
         result = checks.run_checks(client, chosen, catalog, image, backend=backend, stage=stage, select=select)
         if not result.passed:
             raise ToolkitError(f"{image}: {result.summary}")

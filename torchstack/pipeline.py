@@ -341,8 +341,7 @@ def _publish(client, kind: str, plan: Plan, options: dict, pushes: list, release
 def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> Plan:
     client, chosen = connection.connect(connection.choose(options.get("engine") or "auto"))
     connection.refuse_for(chosen.kind, {**options, "builder": plan.builder})
-    cleaned = [f"torchstack: removed what ended runs left behind: {'; '.join(left)}"
-               for left in [sharing.remove_leftovers(client, sources.state_dir() / "contexts")] if left]  # fmt: skip
+    cleaned = sharing.sweep(client, sources.state_dir() / "contexts")
     base_missing = not engine.image_exists(client, plan.base_image)
     prerequisites.require(plan, bootstrap=base_missing and plan.base_is_bootstrapped)
     cpu_notes = prerequisites.require_cpu_for_checks(plan, checks=not options.get("no_test"))

@@ -123,6 +123,12 @@ def remove_leftovers(client: docker.DockerClient, folders: Path) -> list[str]:
     return removed
 
 
+def sweep(client: docker.DockerClient, folders: Path) -> list[str]:
+    """remove_leftovers, said in one line for the run's output (no line when nothing was left)."""
+    left = remove_leftovers(client, folders)
+    return [f"torchstack: removed what ended runs left behind: {'; '.join(left)}"] if left else []
+
+
 @contextlib.contextmanager
 def lock(folder: Path, name: str, waiting: Callable[[str], None], doing: str | None = None) -> Iterator[None]:
     """Hold the lock `name` (an image or folder name) among this host's runs; `waiting` is told

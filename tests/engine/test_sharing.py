@@ -92,3 +92,23 @@ def test_a_run_stopped_during_its_checks_leaves_no_container_no_tag_no_context_a
     assert not leftovers_of(client, owner)
     if sent == signal.SIGKILL:
         assert "torchstack: removed what ended runs left behind: " in again.stderr, again.stderr[-2000:]
+
+
+def test_a_check_run_killed_outright_leaves_containers_that_the_next_check_run_removes(client, x86_build):
+    """`./build.py test` SIGKILLed (a CI runner's last word, or a benchmark's timeout) cannot clean
+    up: the next run on the host, a check run as well as a build, removes what it left."""
+    image = x86_build["final_image"]
+    killed = _start("test", image)
+    owner = sharing.identity(killed.pid)
+    deadline = time.monotonic() + 120
+    while not client.containers.list(filters={"label": f"{sharing.LABEL}={owner}"}):
+        assert time.monotonic() < deadline and killed.poll() is None, "the checks started no container"
+        time.sleep(0.5)
+    killed.kill()
+    killed.communicate(timeout=60)
+    time.sleep(2)  # its pytest ends with it (sharing.die_with_parent), leaving its containers
+    assert leftovers_of(client, owner), "a SIGKILLed check run left nothing: the test proves nothing"
+    again = run_build_py("test", image, "-k", "no_build_tools")
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert "torchstack: removed what ended runs left behind: " in again.stderr and owner in again.stderr, again.stderr
+    assert not leftovers_of(client, owner)

@@ -61,6 +61,10 @@ def test_what_an_ended_run_left_is_removed_and_a_running_runs_is_kept(tmp_path):
     assert removed == [theirs]
     assert not left_folder.exists() and kept_folder.is_dir()
     assert said == [f"1 container(s) of {dead}", str(left_folder)]
+    # What a run says of it, in one line; nothing when nothing was left.
+    assert sharing.sweep(client, tmp_path) == []
+    (left_folder / "final").mkdir(parents=True)
+    assert sharing.sweep(client, tmp_path) == [f"torchstack: removed what ended runs left behind: {left_folder}"]
 
 
 def test_a_second_run_waits_for_the_lock_saying_so_once(tmp_path):
