@@ -23,6 +23,14 @@ def _start(*args: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
 
 
+def _wait_for_a_container(client, run: subprocess.Popen, owner: str) -> None:
+    """Until the checks of `run` (whose owner label is `owner`) have started a container (2 minutes at most)."""
+    deadline = time.monotonic() + 120
+    while not client.containers.list(filters={"label": f"{sharing.LABEL}={owner}"}):
+        assert time.monotonic() < deadline and run.poll() is None, "the checks started no container"
+        time.sleep(0.5)
+
+
 def test_three_builds_at_once_end_alike_and_the_slim_one_ships_no_compiler(client, x86_build, tmp_path):
     """As parallel CI jobs on one host start them: the slim runtime twice (one final stage to build:
     the second waits for the first, saying so, then takes its image) and the README's image again.
@@ -67,10 +75,7 @@ def test_a_run_stopped_during_its_checks_leaves_no_container_no_tag_no_context_a
     for line in build.stderr:
         if line.startswith("torchstack: checking "):
             break
-    deadline = time.monotonic() + 120
-    while not client.containers.list(filters={"label": f"{sharing.LABEL}={owner}"}):
-        assert time.monotonic() < deadline and build.poll() is None, "the checks started no container"
-        time.sleep(0.5)
+    _wait_for_a_container(client, build, owner)
     time.sleep(2)
     build.send_signal(sent)
     _, rest = build.communicate(timeout=120)
@@ -100,10 +105,7 @@ def test_a_check_run_killed_outright_leaves_containers_that_the_next_check_run_r
     image = x86_build["final_image"]
     killed = _start("test", image)
     owner = sharing.identity(killed.pid)
-    deadline = time.monotonic() + 120
-    while not client.containers.list(filters={"label": f"{sharing.LABEL}={owner}"}):
-        assert time.monotonic() < deadline and killed.poll() is None, "the checks started no container"
-        time.sleep(0.5)
+    _wait_for_a_container(client, killed, owner)
     killed.kill()
     killed.communicate(timeout=60)
     time.sleep(2)  # its pytest ends with it (sharing.die_with_parent), leaving its containers
