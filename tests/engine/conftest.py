@@ -50,11 +50,12 @@ README_ARGS = ["--torch-from", "wheel", "--openblas-from", "distro"]
 X86_ARGS = [*README_ARGS, "--ca-bundle", str(CA_BUNDLE)]
 
 
-# BuildKit's tools chain (numpy compiled with the compiler cache mount): the BuildKit compile test
-# builds it first (under a tag of its own), the reuse test pushes it for an empty engine, and so
-# takes it from the engine's cache.
-BUILDKIT_TOOLS = ["--build-type", "tools", "--openblas-from", "distro", "--builder", "buildx", "--ca-bundle",
-                  str(CA_BUNDLE), "--tag", "buildkit-tools"]  # fmt: skip
+# BuildKit's tools chain (numpy compiled with the compiler cache mount), built once per session in
+# the background (BUILDKIT): the BuildKit compile test patches it, the reuse test pushes it for an
+# empty engine. With one compile job: it runs beside tests that leave about one core idle (see
+# pytest_collection_finish), and takes that core rather than half of theirs.
+BUILDKIT_TOOLS = ["--build-type", "tools", "--openblas-from", "distro", "--builder", "buildx", "--jobs", "1",
+                  "--ca-bundle", str(CA_BUNDLE), "--tag", "buildkit-tools"]  # fmt: skip
 
 # The arm64 image the emulated tests build: PyPI's aarch64 torch wheels are CPU builds carrying
 # oneDNN with ACL up to torch 2.8; from 2.9 on they are CUDA builds, which the toolkit refuses for
@@ -141,15 +142,17 @@ class Background:
         self.name, self.args = name, args
         self.env: dict[str, str] = {}
         self.process: subprocess.Popen | None = None
+        self.stopped = False
         self.lock = threading.Lock()
 
     def start(self) -> None:
         with self.lock:
-            if self.process is not None:
+            if self.process is not None or self.stopped:  # stopped: the session is ending
                 return
             self.folder = Path(tempfile.mkdtemp(prefix=f"torchstack-{self.name}-"))
             self.output = open(self.folder / "output.log", "w+")
-            command = [sys.executable, str(ROOT / "build.py"), *self.args, "--json", str(self.folder / "summary.json"), "--recheck"]
+            args = [arg.format(folder=self.folder) for arg in self.args]  # "{folder}": a path in its folder
+            command = [sys.executable, str(ROOT / "build.py"), *args, "--json", str(self.folder / "summary.json"), "--recheck"]
             self.process = subprocess.Popen(command, cwd=ROOT, stdout=self.output, stderr=subprocess.STDOUT,
                                             env={**os.environ, **self.env})  # fmt: skip
 
@@ -164,6 +167,8 @@ class Background:
 
     def stop(self) -> None:
         """Cancelled as CI cancels a job if still running (SIGTERM: it removes what it started)."""
+        with self.lock:
+            self.stopped = True
         if self.process is None:
             return
         if self.process.poll() is None:
@@ -177,27 +182,36 @@ class Background:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-# The two chains every engine run needs, built in the background from the moment collection ends.
-# The x86_64 chain first, beside the unit tests (they use about one core); the arm64 chain under
-# qemu when it ends. Most of the arm64 chain's work is qemu running one guest process at a time:
-# started beside the x86_64 chain, whose numpy compile uses both cores, it took half of them for
-# the whole of it; started after the BuildKit compile test instead (tried on 2026-11-25), it slowed
-# the Podman, zendnn and second-engine tests by more than it saved (a cold run took 61 min, not
-# about 48): right after the x86_64 chain, it runs beside the benchmark and tests that wait on the
-# engine, registries and pip more than they compute. The BuildKit compile test's cold tools chain
-# built in the background beside the x86_64 chain instead (tried on 2026-11-25, commit 1072a2d):
-# both compiles took twice as long, the arm64 chain started 11 minutes later, beside the Podman and
-# second-engine tests, and the cold run took longer. The tests that read it run last
+# The three chains an engine run needs, built in the background, one after another, from the moment
+# collection ends. The x86_64 chain first, beside the unit tests (they use about one core); the
+# arm64 chain under qemu when it ends; BuildKit's tools chain when that ends. Most of the arm64
+# chain's work is qemu running one guest process at a time: started beside the x86_64 chain, whose
+# numpy compile uses both cores, it took half of them for the whole of it; started after the
+# BuildKit compile test instead (tried on 2026-11-25), it slowed the Podman, zendnn and
+# second-engine tests by more than it saved (a cold run took 61 min, not about 48). BuildKit's
+# cold compile beside the x86_64 chain (tried on 2026-11-25, commit 1072a2d) made both compiles
+# take twice as long. A cold run sampled every 10 s (2026-11-26, commit 046f0ce) showed where room
+# is: until the arm64 chain ends both cores are busy, after it (the Podman, registry, requirements
+# and second-engine tests, about 17 minutes: pulls, pushes, commits, one check run at a time) the
+# host was 45% idle. BuildKit's compile, a foreground test of 8 minutes then, now runs there, on
+# one core; the tests that read it run after every other but the arm64 ones, and those last
 # (pytest_collection_modifyitems).
 X86 = Background("x86", X86_ARGS)
 ARM64 = Background("arm64", [*ARM64_ARGS, "--quiet"])
+# --ccache-dir: the cache mount is also written out to a host folder, as CI keeps it between runs.
+BUILDKIT = Background("buildkit", [*BUILDKIT_TOOLS, "--no-test", "--quiet", "--ccache-dir", "{folder}/ccache"])
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """The tests that read the arm64 chain after every other, in their order. The fixtures they
-    share with tests of their module are session-scoped (test_podman's engine and build), so that
-    moving them does not set those up twice."""
-    items.sort(key=lambda item: "arm64_build" in getattr(item, "fixturenames", ()))
+    """The tests that read BuildKit's chain after every other, then those that read the arm64
+    chain, each in their order. The fixtures they share with tests of their module are
+    session-scoped (test_podman's engine and build), so that moving them does not set those up
+    twice; a module-scoped one (test_reuse's second engine, empty again) is set up anew."""
+    def turn(item) -> int:
+        names = getattr(item, "fixturenames", ())
+        return 2 if "arm64_build" in names else 1 if "buildkit_tools" in names else 0
+
+    items.sort(key=turn)
 
 
 class BackgroundCall:
@@ -262,7 +276,7 @@ SKOPEO = BackgroundCall(_skopeo_image, _remove_image)
 
 
 def _after_x86(starters: list) -> None:
-    """Start each of `starters` once the x86_64 chain has ended (at once when it is not building)."""
+    """Call each of `starters` in turn once the x86_64 chain has ended (at once when it is not building)."""
     def run() -> None:
         if X86.process is not None:
             X86.process.wait()
@@ -270,6 +284,13 @@ def _after_x86(starters: list) -> None:
             start()
 
     threading.Thread(target=run, daemon=True).start()
+
+
+def _buildkit_after_arm64() -> None:
+    """Start BuildKit's chain once the arm64 chain has ended (at once when it is not building)."""
+    if ARM64.process is not None:
+        ARM64.process.wait()
+    BUILDKIT.start()
 
 
 def _wanted(session, fixture: str) -> bool:
@@ -283,11 +304,12 @@ def pytest_collection_finish(session):
     if x86 and (folder := _named_wheelhouse()):
         X86.env = {"PIP_FIND_LINKS": folder}
         X86.start()
-    _after_x86([*([ARM64.start] if arm64 else []), *([SKOPEO.start] if _wanted(session, "skopeo") else [])])
+    _after_x86([*([ARM64.start] if arm64 else []), *([SKOPEO.start] if _wanted(session, "skopeo") else []),
+                *([_buildkit_after_arm64] if _wanted(session, "buildkit_tools") else [])])  # fmt: skip
 
 
 def pytest_sessionfinish(session):
-    for build in (ARM64, X86):
+    for build in (BUILDKIT, ARM64, X86):
         build.stop()
     SKOPEO.stop()
 
@@ -319,6 +341,13 @@ def zendnn_build(client, x86_build, tmp_path_factory, plugin_wheels):
                           "--json", str(summary), "--recheck")  # fmt: skip
     assert result.returncode == 0, f"the zendnn build failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
     return {**json.loads(summary.read_text()), "output": result.stdout}
+
+
+@pytest.fixture(scope="session")
+def buildkit_tools(client) -> dict:
+    """BuildKit's tools chain (BUILDKIT_TOOLS), built once per session in the background (after the
+    arm64 chain); its JSON summary, with `ccache`: the host folder its compiler cache was saved to."""
+    return {**BUILDKIT.result(), "ccache": BUILDKIT.folder / "ccache"}
 
 
 @pytest.fixture(scope="session")
