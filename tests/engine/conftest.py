@@ -52,10 +52,9 @@ X86_ARGS = [*README_ARGS, "--ca-bundle", str(CA_BUNDLE)]
 
 # BuildKit's tools chain (numpy compiled with the compiler cache mount), built once per session in
 # the background (BUILDKIT): the BuildKit compile test patches it, the reuse test pushes it for an
-# empty engine. With one compile job: it runs beside tests that leave about one core idle (see
-# pytest_collection_finish), and takes that core rather than half of theirs.
-BUILDKIT_TOOLS = ["--build-type", "tools", "--openblas-from", "distro", "--builder", "buildx", "--jobs", "1",
-                  "--ca-bundle", str(CA_BUNDLE), "--tag", "buildkit-tools"]  # fmt: skip
+# empty engine.
+BUILDKIT_TOOLS = ["--build-type", "tools", "--openblas-from", "distro", "--builder", "buildx", "--ca-bundle",
+                  str(CA_BUNDLE), "--tag", "buildkit-tools"]  # fmt: skip
 
 # The arm64 image the emulated tests build: PyPI's aarch64 torch wheels are CPU builds carrying
 # oneDNN with ACL up to torch 2.8; from 2.9 on they are CUDA builds, which the toolkit refuses for
@@ -182,19 +181,18 @@ class Background:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-# The three chains an engine run needs, built in the background, one after another, from the moment
-# collection ends. The x86_64 chain first, beside the unit tests (they use about one core); the
-# arm64 chain under qemu when it ends; BuildKit's tools chain when that ends. Most of the arm64
-# chain's work is qemu running one guest process at a time: started beside the x86_64 chain, whose
-# numpy compile uses both cores, it took half of them for the whole of it; started after the
-# BuildKit compile test instead (tried on 2026-11-25), it slowed the Podman, zendnn and
-# second-engine tests by more than it saved (a cold run took 61 min, not about 48). BuildKit's
-# cold compile beside the x86_64 chain (tried on 2026-11-25, commit 1072a2d) made both compiles
-# take twice as long. A cold run sampled every 10 s (2026-11-26, commit 046f0ce) showed where room
-# is: until the arm64 chain ends both cores are busy, after it (the Podman, registry, requirements
-# and second-engine tests, about 17 minutes: pulls, pushes, commits, one check run at a time) the
-# host was 45% idle. BuildKit's compile, a foreground test of 8 minutes then, now runs there, on
-# one core; the tests that read it run after every other but the arm64 ones, and those last
+# The three chains an engine run needs, built in the background from the moment collection ends.
+# The x86_64 chain first, beside the unit tests (they use about one core); when it ends, the arm64
+# chain under qemu and BuildKit's tools chain, beside the other tests. Until the x86_64 chain ends
+# its numpy compile takes both cores: BuildKit's compile beside it (tried on 2026-11-25, commit
+# 1072a2d) made both take twice as long, and so did the arm64 chain (half the cores for the whole
+# of it). Cold runs sampled every 10 s showed where room is after it. With BuildKit's compile as a
+# foreground test beside the arm64 chain (commit 046f0ce, 35 min 50 s) both cores were busy until
+# the arm64 chain ended, 19 minutes in, then the host was 41% idle for the last 18 (pulls, pushes,
+# commits, one check run at a time). With the compile in the background after the arm64 chain, on
+# one core (commit 0ee47db, 36 min 20 s) the host was busy until the tests reached it, then they
+# waited for it on one core. Beside each other, the two chains and the tests fill both cores.
+# The tests that read BuildKit's chain run after every other but the arm64 ones, and those last
 # (pytest_collection_modifyitems).
 X86 = Background("x86", X86_ARGS)
 ARM64 = Background("arm64", [*ARM64_ARGS, "--quiet"])
@@ -286,13 +284,6 @@ def _after_x86(starters: list) -> None:
     threading.Thread(target=run, daemon=True).start()
 
 
-def _buildkit_after_arm64() -> None:
-    """Start BuildKit's chain once the arm64 chain has ended (at once when it is not building)."""
-    if ARM64.process is not None:
-        ARM64.process.wait()
-    BUILDKIT.start()
-
-
 def _wanted(session, fixture: str) -> bool:
     return any(fixture in getattr(item, "fixturenames", ()) for item in session.items)
 
@@ -305,7 +296,7 @@ def pytest_collection_finish(session):
         X86.env = {"PIP_FIND_LINKS": folder}
         X86.start()
     _after_x86([*([ARM64.start] if arm64 else []), *([SKOPEO.start] if _wanted(session, "skopeo") else []),
-                *([_buildkit_after_arm64] if _wanted(session, "buildkit_tools") else [])])  # fmt: skip
+                *([BUILDKIT.start] if _wanted(session, "buildkit_tools") else [])])  # fmt: skip
 
 
 def pytest_sessionfinish(session):
@@ -346,7 +337,7 @@ def zendnn_build(client, x86_build, tmp_path_factory, plugin_wheels):
 @pytest.fixture(scope="session")
 def buildkit_tools(client) -> dict:
     """BuildKit's tools chain (BUILDKIT_TOOLS), built once per session in the background (after the
-    arm64 chain); its JSON summary, with `ccache`: the host folder its compiler cache was saved to."""
+    x86_64 chain); its JSON summary, with `ccache`: the host folder its compiler cache was saved to."""
     return {**BUILDKIT.result(), "ccache": BUILDKIT.folder / "ccache"}
 
 
