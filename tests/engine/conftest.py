@@ -50,9 +50,9 @@ README_ARGS = ["--torch-from", "wheel", "--openblas-from", "distro"]
 X86_ARGS = [*README_ARGS, "--ca-bundle", str(CA_BUNDLE)]
 
 
-# BuildKit's tools chain (numpy compiled with the compiler cache mount), built once per session in
-# the background (BUILDKIT): the BuildKit compile test patches it, the reuse test pushes it for an
-# empty engine.
+# BuildKit's tools chain (numpy compiled with the compiler cache mount): the BuildKit compile test
+# builds it first (under a tag of its own), the reuse test pushes it for an empty engine, and so
+# takes it from the engine's cache.
 BUILDKIT_TOOLS = ["--build-type", "tools", "--openblas-from", "distro", "--builder", "buildx", "--ca-bundle",
                   str(CA_BUNDLE), "--tag", "buildkit-tools"]  # fmt: skip
 
@@ -146,12 +146,13 @@ class Background:
 
     def start(self) -> None:
         with self.lock:
-            if self.process is not None or self.stopped:  # stopped: the session is ending
+            # Once stopped, never: the thread that starts the arm64 chain when the x86_64 chain
+            # ends wakes when the session's end stops the x86_64 chain early (Ctrl-C, -x).
+            if self.process is not None or self.stopped:
                 return
             self.folder = Path(tempfile.mkdtemp(prefix=f"torchstack-{self.name}-"))
             self.output = open(self.folder / "output.log", "w+")
-            args = [arg.format(folder=self.folder) for arg in self.args]  # "{folder}": a path in its folder
-            command = [sys.executable, str(ROOT / "build.py"), *args, "--json", str(self.folder / "summary.json"), "--recheck"]
+            command = [sys.executable, str(ROOT / "build.py"), *self.args, "--json", str(self.folder / "summary.json"), "--recheck"]
             self.process = subprocess.Popen(command, cwd=ROOT, stdout=self.output, stderr=subprocess.STDOUT,
                                             env={**os.environ, **self.env})  # fmt: skip
 
@@ -181,35 +182,34 @@ class Background:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-# The three chains an engine run needs, built in the background from the moment collection ends.
-# The x86_64 chain first, beside the unit tests (they use about one core); when it ends, the arm64
-# chain under qemu and BuildKit's tools chain, beside the other tests. Until the x86_64 chain ends
-# its numpy compile takes both cores: BuildKit's compile beside it (tried on 2026-11-25, commit
-# 1072a2d) made both take twice as long, and so did the arm64 chain (half the cores for the whole
-# of it). Cold runs sampled every 10 s showed where room is after it. With BuildKit's compile as a
-# foreground test beside the arm64 chain (commit 046f0ce, 35 min 50 s) both cores were busy until
-# the arm64 chain ended, 19 minutes in, then the host was 41% idle for the last 18 (pulls, pushes,
-# commits, one check run at a time). With the compile in the background after the arm64 chain, on
-# one core (commit 0ee47db, 36 min 20 s) the host was busy until the tests reached it, then they
-# waited for it on one core. Beside each other, the two chains and the tests fill both cores.
-# The tests that read BuildKit's chain run after every other but the arm64 ones, and those last
-# (pytest_collection_modifyitems).
+# The two chains every engine run needs, built in the background from the moment collection ends.
+# The x86_64 chain first, beside the unit tests (they use about one core); the arm64 chain under
+# qemu when it ends. Most of the arm64 chain's work is qemu running one guest process at a time:
+# started beside the x86_64 chain, whose numpy compile uses both cores, it took half of them for
+# the whole of it; started after the BuildKit compile test instead (tried on 2026-11-25), it slowed
+# the Podman, zendnn and second-engine tests by more than it saved (a cold run took 61 min, not
+# about 48): right after the x86_64 chain, it runs beside the benchmark and tests that wait on the
+# engine, registries and pip more than they compute. The BuildKit compile test's cold tools chain
+# built in the background beside the x86_64 chain instead (tried on 2026-11-25, commit 1072a2d):
+# both compiles took twice as long, the arm64 chain started 11 minutes later, beside the Podman and
+# second-engine tests, and the cold run took longer. Two more orders, each a cold run sampled every
+# 10 s (2026-11-26): with this order (commit 046f0ce, 35 min 50 s) both cores are busy until the
+# arm64 chain ends, 19 minutes in, then the host is 41% idle (pulls, pushes, commits, one check run
+# at a time). BuildKit's cold tools chain in the background on one core from the arm64 chain's end
+# (commit 0ee47db, 36 min 20 s): the tests reached it before it ended and waited on one core.
+# BuildKit's chain in the background beside the arm64 chain from the x86_64 chain's end (commit
+# 3020a86, 36 min 14 s): both cores busy until both ended (arm64 at 29 minutes, not 19), the tests
+# beside them as much slower as the compile they no longer ran: the run is bound by its CPU work.
+# The tests that read it run last (pytest_collection_modifyitems).
 X86 = Background("x86", X86_ARGS)
 ARM64 = Background("arm64", [*ARM64_ARGS, "--quiet"])
-# --ccache-dir: the cache mount is also written out to a host folder, as CI keeps it between runs.
-BUILDKIT = Background("buildkit", [*BUILDKIT_TOOLS, "--no-test", "--quiet", "--ccache-dir", "{folder}/ccache"])
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """The tests that read BuildKit's chain after every other, then those that read the arm64
-    chain, each in their order. The fixtures they share with tests of their module are
-    session-scoped (test_podman's engine and build), so that moving them does not set those up
-    twice; a module-scoped one (test_reuse's second engine, empty again) is set up anew."""
-    def turn(item) -> int:
-        names = getattr(item, "fixturenames", ())
-        return 2 if "arm64_build" in names else 1 if "buildkit_tools" in names else 0
-
-    items.sort(key=turn)
+    """The tests that read the arm64 chain after every other, in their order. The fixtures they
+    share with tests of their module are session-scoped (test_podman's engine and build), so that
+    moving them does not set those up twice."""
+    items.sort(key=lambda item: "arm64_build" in getattr(item, "fixturenames", ()))
 
 
 class BackgroundCall:
@@ -274,7 +274,7 @@ SKOPEO = BackgroundCall(_skopeo_image, _remove_image)
 
 
 def _after_x86(starters: list) -> None:
-    """Call each of `starters` in turn once the x86_64 chain has ended (at once when it is not building)."""
+    """Start each of `starters` once the x86_64 chain has ended (at once when it is not building)."""
     def run() -> None:
         if X86.process is not None:
             X86.process.wait()
@@ -295,12 +295,11 @@ def pytest_collection_finish(session):
     if x86 and (folder := _named_wheelhouse()):
         X86.env = {"PIP_FIND_LINKS": folder}
         X86.start()
-    _after_x86([*([ARM64.start] if arm64 else []), *([SKOPEO.start] if _wanted(session, "skopeo") else []),
-                *([BUILDKIT.start] if _wanted(session, "buildkit_tools") else [])])  # fmt: skip
+    _after_x86([*([ARM64.start] if arm64 else []), *([SKOPEO.start] if _wanted(session, "skopeo") else [])])
 
 
 def pytest_sessionfinish(session):
-    for build in (BUILDKIT, ARM64, X86):
+    for build in (ARM64, X86):
         build.stop()
     SKOPEO.stop()
 
@@ -332,13 +331,6 @@ def zendnn_build(client, x86_build, tmp_path_factory, plugin_wheels):
                           "--json", str(summary), "--recheck")  # fmt: skip
     assert result.returncode == 0, f"the zendnn build failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
     return {**json.loads(summary.read_text()), "output": result.stdout}
-
-
-@pytest.fixture(scope="session")
-def buildkit_tools(client) -> dict:
-    """BuildKit's tools chain (BUILDKIT_TOOLS), built once per session in the background (after the
-    x86_64 chain); its JSON summary, with `ccache`: the host folder its compiler cache was saved to."""
-    return {**BUILDKIT.result(), "ccache": BUILDKIT.folder / "ccache"}
 
 
 @pytest.fixture(scope="session")
