@@ -200,7 +200,7 @@ class Background:
 # BuildKit's chain in the background beside the arm64 chain from the x86_64 chain's end (commit
 # 3020a86, 36 min 14 s): both cores busy until both ended (arm64 at 29 minutes, not 19), the tests
 # beside them as much slower as the compile they no longer ran: the run is bound by its CPU work.
-# The tests that read it run last (pytest_collection_modifyitems).
+# The tests that read the arm64 chain run last (pytest_collection_modifyitems).
 X86 = Background("x86", X86_ARGS)
 ARM64 = Background("arm64", [*ARM64_ARGS, "--quiet"])
 
