@@ -35,13 +35,13 @@ def plan_for(catalog):
 PLUGIN_SOURCES = Path(__file__).parent / "plugins"
 
 
-@pytest.fixture(scope="session")
-def plugin_wheels(tmp_path_factory) -> dict[str, Path]:
-    """The test plugin packages (tests/plugins/) built into real wheels by pip, once per session:
-    folder name -> wheel file."""
-    out = tmp_path_factory.mktemp("plugin-wheels")
+def build_plugin_wheels(out: Path, names: tuple[str, ...] | None = None) -> dict[str, Path]:
+    """The test plugin packages (tests/plugins/; those of `names`, else all) built into real wheels
+    by pip in `out`: folder name -> wheel file."""
     built = {}
     for source in sorted(p for p in PLUGIN_SOURCES.iterdir() if (p / "pyproject.toml").is_file()):
+        if names is not None and source.name not in names:
+            continue
         copy = shutil.copytree(source, out / "src" / source.name)
         before = set(out.glob("*.whl"))
         result = subprocess.run(
@@ -52,6 +52,12 @@ def plugin_wheels(tmp_path_factory) -> dict[str, Path]:
         (wheel,) = set(out.glob("*.whl")) - before
         built[source.name] = wheel
     return built
+
+
+@pytest.fixture(scope="session")
+def plugin_wheels(tmp_path_factory) -> dict[str, Path]:
+    """Every test plugin package built into a real wheel, once per session: folder name -> wheel file."""
+    return build_plugin_wheels(tmp_path_factory.mktemp("plugin-wheels"))
 
 
 # The Docker engine's handle on the host's network namespace: its first container or build step on

@@ -25,6 +25,7 @@ from pathlib import Path
 import docker
 import pytest
 
+from tests.conftest import build_plugin_wheels
 from torchstack import engine, sharing
 from torchstack.model import ROOT, load_catalog
 from torchstack.sources import state_dir
@@ -135,26 +136,41 @@ def client():
 
 class Background:
     """A build.py run of the session started before the tests that read it: its JSON summary and
-    its output wait in a folder of its own (removed when the session ends)."""
+    its output wait in a folder of its own (removed when the session ends). `prepare`, if given,
+    makes what the run needs in that folder and returns the arguments naming it; `nice` runs it at
+    the lowest CPU priority, on what the tests beside it leave idle; `summary=False` for a command
+    that writes no summary (`bootstrap`)."""
 
-    def __init__(self, name: str, args: list[str]):
-        self.name, self.args = name, args
+    def __init__(self, name: str, args: list[str], prepare=None, nice: bool = False, summary: bool = True):
+        self.name, self.args, self.prepare, self.nice, self.summary = name, args, prepare, nice, summary
         self.env: dict[str, str] = {}
+        self.extra: list[str] = []
         self.process: subprocess.Popen | None = None
         self.stopped = False
         self.lock = threading.Lock()
 
     def start(self) -> None:
         with self.lock:
-            # Once stopped, never: the thread that starts the arm64 chain when the x86_64 chain
+            # Once stopped, never: the thread that starts the later builds when the x86_64 chain
             # ends wakes when the session's end stops the x86_64 chain early (Ctrl-C, -x).
             if self.process is not None or self.stopped:
                 return
             self.folder = Path(tempfile.mkdtemp(prefix=f"torchstack-{self.name}-"))
+            try:
+                self.extra = self.prepare(self.folder) if self.prepare else []
+            except BaseException:
+                shutil.rmtree(self.folder, ignore_errors=True)
+                raise
             self.output = open(self.folder / "output.log", "w+")
-            command = [sys.executable, str(ROOT / "build.py"), *self.args, "--json", str(self.folder / "summary.json"), "--recheck"]
+            reported = ["--json", str(self.folder / "summary.json"), "--recheck"] if self.summary else []
+            command = [*(["nice", "-n", "19"] if self.nice else []), sys.executable, str(ROOT / "build.py"), *self.args, *self.extra, *reported]
             self.process = subprocess.Popen(command, cwd=ROOT, stdout=self.output, stderr=subprocess.STDOUT,
                                             env={**os.environ, **self.env})  # fmt: skip
+
+    def wait(self) -> None:
+        """Until it ended, if it was started."""
+        if self.process is not None:
+            self.process.wait()
 
     def result(self) -> dict:
         """Its summary, with its output as `output`, once it ended (started now if it was not)."""
@@ -163,7 +179,8 @@ class Background:
         self.output.seek(0)
         output = self.output.read()
         assert returncode == 0, f"the {self.name} build failed:\n{output[-6000:]}"
-        return {**json.loads((self.folder / "summary.json").read_text()), "output": output}
+        summary = json.loads((self.folder / "summary.json").read_text()) if self.summary else {}
+        return {**summary, "output": output}
 
     def stop(self) -> None:
         """Cancelled as CI cancels a job if still running (SIGTERM: it removes what it started)."""
@@ -182,27 +199,39 @@ class Background:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-# The two chains every engine run needs, built in the background from the moment collection ends.
-# The x86_64 chain first, beside the unit tests (they use about one core); the arm64 chain under
-# qemu when it ends. Most of the arm64 chain's work is qemu running one guest process at a time:
-# started beside the x86_64 chain, whose numpy compile uses both cores, it took half of them for
-# the whole of it; started after the BuildKit compile test instead (tried on 2026-11-25), it slowed
-# the Podman, zendnn and second-engine tests by more than it saved (a cold run took 61 min, not
-# about 48): right after the x86_64 chain, it runs beside the benchmark and tests that wait on the
-# engine, registries and pip more than they compute. The BuildKit compile test's cold tools chain
-# built in the background beside the x86_64 chain instead (tried on 2026-11-25, commit 1072a2d):
-# both compiles took twice as long, the arm64 chain started 11 minutes later, beside the Podman and
-# second-engine tests, and the cold run took longer. Two more orders, each a cold run sampled every
-# 10 s (2026-11-26): with this order (commit 046f0ce, 35 min 50 s) both cores are busy until the
-# arm64 chain ends, 19 minutes in, then the host is 41% idle (pulls, pushes, commits, one check run
-# at a time). BuildKit's cold tools chain in the background on one core from the arm64 chain's end
-# (commit 0ee47db, 36 min 20 s): the tests reached it before it ended and waited on one core.
-# BuildKit's chain in the background beside the arm64 chain from the x86_64 chain's end (commit
-# 3020a86, 36 min 14 s): both cores busy until both ended (arm64 at 29 minutes, not 19), the tests
-# beside them as much slower as the compile they no longer ran: the run is bound by its CPU work.
+# The builds every engine run needs, in the background from the moment collection ends, in an
+# order measured in cold runs sampled every 10 s (2026-11-25 and 26). The run is bound by its CPU
+# work (about 3,400 busy core-seconds on 2 cores): an order only helps where it fills idle cores.
+# - The x86_64 chain first, beside the unit tests (they use about one core).
+# - Beside it, at the lowest CPU priority, the arm64 OS image (mmdebstrap, its maintainer scripts
+#   under qemu: about 110 core-seconds): on the cores that the x86_64 chain's downloads, unpacking
+#   and checks, and the unit tests, leave idle; it all but stops while numpy compiles.
+# - The arm64 chain under qemu when both ended: right after the x86_64 chain it runs beside the
+#   benchmark and tests that wait on the engine, registries and pip more than they compute.
+#   Elsewhere it cost more than it saved: beside the x86_64 chain's numpy compile, it took half the
+#   cores for all of it; after the BuildKit compile test (2026-11-25), a cold run took 61 min, not 48.
+# - Once the arm64 chain ended, the zendnn chain (its final stage, pip and checks: about one core),
+#   beside the Podman, registry and second-engine tests, which used one core of two in the run's
+#   last 18 minutes (commit 046f0ce: both cores busy until the arm64 chain ended, 19 minutes in,
+#   then 41% idle). It shares the x86_64 chain's earlier stages, so it never starts before it ended.
+# BuildKit's cold compile test stays in the foreground: in the background beside the x86_64 chain
+# (commit 1072a2d), beside the arm64 chain (3020a86, 36 min 14 s) or after it on one core
+# (0ee47db, 36 min 20 s), it only moved its cost onto the tests beside it (046f0ce: 35 min 50 s).
 # The tests that read the arm64 chain run last (pytest_collection_modifyitems).
 X86 = Background("x86", X86_ARGS)
+ARM64_OS = Background("arm64-os", ["bootstrap", "--arch", "aarch64"], nice=True, summary=False)
 ARM64 = Background("arm64", [*ARM64_ARGS, "--quiet"])
+# zendnn with zentorch (from PyPI, paired with torch by version) and the two test plugins that fit.
+ZENDNN_PLUGINS = ("compile_backend", "device")
+
+
+def _zendnn_inputs(folder: Path) -> list[str]:
+    """The local torch wheel and the test plugins (built into `folder`) the zendnn chain installs."""
+    wheels = build_plugin_wheels(folder / "plugins", ZENDNN_PLUGINS)
+    return ["--torch-wheel", x86_wheelhouse(), *(arg for name in ZENDNN_PLUGINS for arg in ("--plugin-wheel", str(wheels[name])))]
+
+
+ZENDNN = Background("zendnn", [*X86_ARGS, "--backend", "zendnn"], prepare=_zendnn_inputs)
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -273,13 +302,17 @@ def _remove_image(name: str) -> None:
 SKOPEO = BackgroundCall(_skopeo_image, _remove_image)
 
 
-def _after_x86(starters: list) -> None:
-    """Start each of `starters` once the x86_64 chain has ended (at once when it is not building)."""
+def _in_turn(*steps: tuple[tuple[Background, ...], list]) -> None:
+    """In a thread: for each step (builds, starters) in turn, once each of its builds has ended
+    (at once for one never started), call each starter. A starter that fails leaves its failure
+    to the test that asks for its result (it starts again there, in the foreground)."""
     def run() -> None:
-        if X86.process is not None:
-            X86.process.wait()
-        for start in starters:
-            start()
+        for builds, starters in steps:
+            for build in builds:
+                build.wait()
+            for start in starters:
+                with contextlib.suppress(BaseException):
+                    start()
 
     threading.Thread(target=run, daemon=True).start()
 
@@ -295,11 +328,16 @@ def pytest_collection_finish(session):
     if x86 and (folder := _named_wheelhouse()):
         X86.env = {"PIP_FIND_LINKS": folder}
         X86.start()
-    _after_x86([*([ARM64.start] if arm64 else []), *([SKOPEO.start] if _wanted(session, "skopeo") else [])])
+    if arm64:
+        ARM64_OS.start()
+    _in_turn(
+        ((X86, ARM64_OS), [*([ARM64.start] if arm64 else []), *([SKOPEO.start] if _wanted(session, "skopeo") else [])]),
+        ((ARM64,), [ZENDNN.start] if x86 and _wanted(session, "zendnn_build") else []),
+    )
 
 
 def pytest_sessionfinish(session):
-    for build in (ARM64, X86):
+    for build in (ZENDNN, ARM64, ARM64_OS, X86):
         build.stop()
     SKOPEO.stop()
 
@@ -320,23 +358,20 @@ def x86_build(client):
 
 
 @pytest.fixture(scope="session")
-def zendnn_build(client, x86_build, tmp_path_factory, plugin_wheels):
-    """The x86_64 zendnn chain with zentorch (from PyPI, paired with torch by version) and the two
-    test plugins that fit (a torch.compile backend, a PrivateUse1 device), built once per session
-    after the onednn chain (`x86_build`), whose earlier stages it shares; its JSON summary, with
-    the build's output (the checks' report among it) as `output`."""
-    summary = tmp_path_factory.mktemp("zendnn") / "summary.json"
-    plugins = [arg for name in ("compile_backend", "device") for arg in ("--plugin-wheel", str(plugin_wheels[name]))]
-    result = run_build_py(*X86_ARGS, "--backend", "zendnn", "--torch-wheel", x86_wheelhouse(), *plugins,
-                          "--json", str(summary), "--recheck")  # fmt: skip
-    assert result.returncode == 0, f"the zendnn build failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
-    return {**json.loads(summary.read_text()), "output": result.stdout}
+def zendnn_build(client, x86_build):
+    """The x86_64 zendnn chain with zentorch and the test plugins of ZENDNN_PLUGINS (a torch.compile
+    backend, a PrivateUse1 device), built once per session after the onednn chain (`x86_build`),
+    whose earlier stages it shares (in the background once the arm64 chain ended); its JSON
+    summary, with the build's output (the checks' report among it) as `output` and the plugin
+    wheels it installed as `plugin_wheels` (folder name -> wheel file)."""
+    built = ZENDNN.result()
+    return {**built, "plugin_wheels": {name: Path(arg) for name, arg in zip(ZENDNN_PLUGINS, ZENDNN.extra[3::2])}}
 
 
 @pytest.fixture(scope="session")
 def arm64_build(client):
     """The arm64 onednn-acl chain under qemu, built once per session (in the background, after the
-    x86_64 chain); its JSON summary."""
+    x86_64 chain, on the OS image ARM64_OS made beside it); its JSON summary."""
     return ARM64.result()
 
 

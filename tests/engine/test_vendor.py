@@ -36,12 +36,12 @@ def test_the_zendnn_image_installs_each_plugin_and_its_vendor_checks_ran(zendnn_
     assert not unexpected, "vendor checks skipped:\n" + "\n".join(unexpected)
 
 
-def test_each_plugin_is_recorded_with_the_sha256_of_the_wheel_installed(client, zendnn_build, plugin_wheels):
+def test_each_plugin_is_recorded_with_the_sha256_of_the_wheel_installed(client, zendnn_build):
     image = client.images.get(zendnn_build["final_image"])
     assert sorted(image.labels["io.torchstack.plugins"].split()) == PLUGINS, image.labels["io.torchstack.plugins"]
     recorded = {p["name"]: p for p in json.loads(image.labels["io.torchstack.build-info"])["plugins"]}
     for folder, name in (("compile_backend", "torchstack-test-compile"), ("device", "torchstack-test-device")):
-        assert recorded[name]["sha256"] == hashlib.sha256(plugin_wheels[folder].read_bytes()).hexdigest()
+        assert recorded[name]["sha256"] == hashlib.sha256(zendnn_build["plugin_wheels"][folder].read_bytes()).hexdigest()
     assert recorded["torchstack-test-compile"]["compile_backends"] == ["torchstack_test"]
     assert recorded["zentorch"]["version"] == "2.13.0.2" and re.fullmatch(r"[0-9a-f]{64}", recorded["zentorch"]["sha256"])
     assert any(r.startswith("torch") for r in recorded["zentorch"]["requires_torch"]), recorded["zentorch"]
