@@ -139,10 +139,11 @@ class Background:
     its output wait in a folder of its own (removed when the session ends). `prepare`, if given,
     makes what the run needs in that folder and returns the arguments naming it; `nice` runs it at
     the lowest CPU priority, on what the tests beside it leave idle; `summary=False` for a command
-    that writes no summary (`bootstrap`)."""
+    that writes no summary (`bootstrap`); `recheck=False` leaves out the image checks on an image ID
+    that passed them."""
 
-    def __init__(self, name: str, args: list[str], prepare=None, nice: bool = False, summary: bool = True):
-        self.name, self.args, self.prepare, self.nice, self.summary = name, args, prepare, nice, summary
+    def __init__(self, name: str, args: list[str], prepare=None, nice: bool = False, summary: bool = True, recheck: bool = True):
+        self.name, self.args, self.prepare, self.nice, self.summary, self.recheck = name, args, prepare, nice, summary, recheck
         self.env: dict[str, str] = {}
         self.extra: list[str] = []
         self.process: subprocess.Popen | None = None
@@ -162,7 +163,7 @@ class Background:
                 shutil.rmtree(self.folder, ignore_errors=True)
                 raise
             self.output = open(self.folder / "output.log", "w+")
-            reported = ["--json", str(self.folder / "summary.json"), "--recheck"] if self.summary else []
+            reported = [*(["--json", str(self.folder / "summary.json")] if self.summary else []), *(["--recheck"] if self.recheck else [])]
             command = [*(["nice", "-n", "19"] if self.nice else []), sys.executable, str(ROOT / "build.py"), *self.args, *self.extra, *reported]
             self.process = subprocess.Popen(command, cwd=ROOT, stdout=self.output, stderr=subprocess.STDOUT,
                                             env={**os.environ, **self.env})  # fmt: skip
@@ -210,16 +211,19 @@ class Background:
 #   benchmark and tests that wait on the engine, registries and pip more than they compute.
 #   Elsewhere it cost more than it saved: beside the x86_64 chain's numpy compile, it took half the
 #   cores for all of it; after the BuildKit compile test (2026-11-25), a cold run took 61 min, not 48.
-# - Once the arm64 chain ended, the zendnn chain (its final stage, pip and checks: about one core),
-#   beside the Podman, registry and second-engine tests, which used one core of two in the run's
-#   last 18 minutes (commit 046f0ce: both cores busy until the arm64 chain ended, 19 minutes in,
-#   then 41% idle). It shares the x86_64 chain's earlier stages, so it never starts before it ended.
+# - Once the arm64 chain ended, the zendnn chain (its final stage, pip and checks: about one core)
+#   and the push of the x86_64 chain to the session's registry (PUSHED); once that ended, the
+#   README's build on an empty second engine from that registry (ENGINE_B). They run beside the
+#   Podman, registry and requirements tests, which used one core of two in the run's last 15 to 18
+#   minutes (commit 046f0ce: both cores busy until the arm64 chain ended, 19 minutes in, then 41%
+#   idle; commit fc18776, with the zendnn chain alone moved there: 45% idle in its last 15 minutes).
+#   The zendnn chain shares the x86_64 chain's earlier stages: it never starts before that ended.
 # BuildKit's cold compile test stays in the foreground: in the background beside the x86_64 chain
 # (commit 1072a2d), beside the arm64 chain (3020a86, 36 min 14 s) or after it on one core
 # (0ee47db, 36 min 20 s), it only moved its cost onto the tests beside it (046f0ce: 35 min 50 s).
 # The tests that read the arm64 chain run last (pytest_collection_modifyitems).
 X86 = Background("x86", X86_ARGS)
-ARM64_OS = Background("arm64-os", ["bootstrap", "--arch", "aarch64"], nice=True, summary=False)
+ARM64_OS = Background("arm64-os", ["bootstrap", "--arch", "aarch64"], nice=True, summary=False, recheck=False)
 ARM64 = Background("arm64", [*ARM64_ARGS, "--quiet"])
 # zendnn with zentorch (from PyPI, paired with torch by version) and the two test plugins that fit.
 ZENDNN_PLUGINS = ("compile_backend", "device")
@@ -330,16 +334,28 @@ def pytest_collection_finish(session):
         X86.start()
     if arm64:
         ARM64_OS.start()
+    ENGINE_B.wanted = x86 and _wanted(session, "built_on_b")
     _in_turn(
         ((X86, ARM64_OS), [*([ARM64.start] if arm64 else []), *([SKOPEO.start] if _wanted(session, "skopeo") else [])]),
-        ((ARM64,), [ZENDNN.start] if x86 and _wanted(session, "zendnn_build") else []),
+        ((ARM64,), [*([ZENDNN.start] if x86 and _wanted(session, "zendnn_build") else []),
+                    *([PUSHED.start] if x86 and _wanted(session, "pushed") else [])]),
+        ((PUSHED,), [_start_engine_b]),
     )
 
 
+def _start_engine_b() -> None:
+    """The second engine's build, once PUSHED filled the registry (not after a failed push: the
+    test that asks for it reports that)."""
+    if ENGINE_B.wanted and PUSHED.process is not None and PUSHED.process.returncode == 0:
+        ENGINE_B.start(REGISTRY.get())
+
+
 def pytest_sessionfinish(session):
-    for build in (ZENDNN, ARM64, ARM64_OS, X86):
+    for build in (ZENDNN, ARM64, ARM64_OS, X86, ENGINE_B, PUSHED):
         build.stop()
     SKOPEO.stop()
+    for resource in (REGISTRY, COSIGN_KEYS):
+        resource.close()
 
 
 @pytest.fixture(scope="session")
@@ -455,21 +471,39 @@ def running_registry(folder: Path, auth: bool) -> Iterator[str]:
         server.wait(timeout=30)
 
 
-@pytest.fixture(scope="session")
-def registry(tmp_path_factory):
-    """A registry on loopback for the whole session: the x86_64 chain's stages pushed there once
-    (`pushed`) serve the push tests and another engine's --cache-from."""
-    with running_registry(tmp_path_factory.mktemp("registry"), auth=False) as address:
-        yield address
+class Resource:
+    """A session resource made once, by whichever asks first (a test's fixture, or the thread that
+    starts background work), kept with what undoes it until the session ends."""
+
+    def __init__(self, make):
+        self.make = make  # (ExitStack) -> value: what undoes it goes on the stack
+        self.stack = contextlib.ExitStack()
+        self.value = None
+        self.lock = threading.Lock()
+
+    def get(self):
+        with self.lock:
+            if self.value is None:
+                self.value = self.make(self.stack)
+            return self.value
+
+    def close(self) -> None:
+        with self.lock:
+            self.stack.close()
 
 
-@pytest.fixture(scope="session")
-def cosign_keys(tmp_path_factory) -> dict:
-    """Two cosign key pairs, ours (which --sign uses) and another's, with the password cosign reads
-    from COSIGN_PASSWORD: {"ours": (private, public), "other": (...), "env": {...}}."""
+def _temporary_folder(stack: contextlib.ExitStack, name: str) -> Path:
+    return Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"torchstack-{name}-")))
+
+
+def _registry(stack: contextlib.ExitStack) -> str:
+    return stack.enter_context(running_registry(_temporary_folder(stack, "registry"), auth=False))
+
+
+def _cosign_keys(stack: contextlib.ExitStack) -> dict:
     if not shutil.which("cosign"):
         pytest.fail("cosign is missing: run scripts/setup-host.sh")
-    folder = tmp_path_factory.mktemp("cosign")
+    folder = _temporary_folder(stack, "cosign")
     env = {"COSIGN_PASSWORD": uuid.uuid4().hex}
     keys = {}
     for name in ("ours", "other"):
@@ -480,17 +514,86 @@ def cosign_keys(tmp_path_factory) -> dict:
     return {**keys, "env": env}
 
 
+REGISTRY = Resource(_registry)
+COSIGN_KEYS = Resource(_cosign_keys)
+
+
 @pytest.fixture(scope="session")
-def pushed(client, x86_build, registry, cosign_keys, tmp_path_factory):
-    """The README's build again, with --push --push-stages --sign: a no-op rebuild, then the pushes,
-    then the release image signed with its SBOM and provenance attested (ours key)."""
-    summary = tmp_path_factory.mktemp("push") / "summary.json"
-    result = run_build_py(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--json", str(summary),
-                          "--push", "--push-stages", "--registry", f"{registry}/ml", "--sign", str(cosign_keys["ours"][0]),
-                          env=cosign_keys["env"])  # fmt: skip
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    yield json.loads(summary.read_text()), result
+def registry() -> str:
+    """A registry on loopback for the whole session: the x86_64 chain's stages pushed there once
+    (`pushed`) serve the push tests and another engine's --cache-from."""
+    return REGISTRY.get()
+
+
+@pytest.fixture(scope="session")
+def cosign_keys() -> dict:
+    """Two cosign key pairs, ours (which --sign uses) and another's, with the password cosign reads
+    from COSIGN_PASSWORD: {"ours": (private, public), "other": (...), "env": {...}}."""
+    return COSIGN_KEYS.get()
+
+
+def _push_inputs(folder: Path) -> list[str]:
+    keys = COSIGN_KEYS.get()
+    PUSHED.env = keys["env"]
+    return ["--torch-wheel", x86_wheelhouse(), "--push", "--push-stages", "--registry", f"{REGISTRY.get()}/ml", "--sign", str(keys["ours"][0])]
+
+
+# The README's build again, with --push --push-stages --sign: a no-op rebuild (its checks not run
+# again), then the pushes, then the release image signed with its SBOM and provenance attested
+# (ours key). In the background once the arm64 chain ended; the second engine's build from it then.
+PUSHED = Background("pushed", X86_ARGS, prepare=_push_inputs, recheck=False)
+
+
+@pytest.fixture(scope="session")
+def pushed(client, x86_build, registry, cosign_keys):
+    """PUSHED's JSON summary, and its output."""
+    built = PUSHED.result()
+    yield {k: v for k, v in built.items() if k != "output"}, built["output"]
     untag(client, f"{registry}/")
+
+
+class EngineB:
+    """An empty second engine (second_engine) and the README's build on it, with the registry that
+    PUSHED filled as --cache-from: started in the background as soon as the stages are there, so
+    that it runs beside the Podman and registry tests (about one core each) instead of after them.
+    Both end when the session does."""
+
+    def __init__(self):
+        self.wanted = False  # set when collection ends: a test of the session reads the build
+        self.stack = contextlib.ExitStack()
+        self.host: str | None = None
+        self.build: Background | None = None
+        self.lock = threading.Lock()
+        self.stopped = False
+
+    def engine(self) -> str:
+        """The second engine's DOCKER_HOST, started now if it was not."""
+        with self.lock:
+            if self.host is None and not self.stopped:
+                self.host = self.stack.enter_context(second_engine())
+            return self.host
+
+    def start(self, registry: str) -> Background:
+        """The build on the second engine, started now if it was not."""
+        host = self.engine()
+        with self.lock:
+            if host is None:
+                raise RuntimeError("the second engine was stopped: the session is ending")
+            if self.build is None:
+                self.build = Background("engine-b", [*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--cache-from", f"{registry}/ml"])
+                self.build.env = {"DOCKER_HOST": host}
+                self.build.start()
+            return self.build
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopped = True
+        if self.build is not None:
+            self.build.stop()
+        self.stack.close()
+
+
+ENGINE_B = EngineB()
 
 
 def wait_for_engine(process: subprocess.Popen, url: str, log: Path, name: str) -> None:

@@ -9,7 +9,7 @@ import json
 import docker
 import pytest
 
-from tests.engine.conftest import BUILDKIT_TOOLS, X86_ARGS, run_build_py, second_engine, untag, x86_wheelhouse
+from tests.engine.conftest import BUILDKIT_TOOLS, ENGINE_B, X86_ARGS, run_build_py, untag, x86_wheelhouse
 
 pytestmark = pytest.mark.engine
 
@@ -41,22 +41,21 @@ def test_zendnn_after_onednn_compiles_nothing_below_final(x86_build, zendnn_buil
     assert zendnn["final"]["status"] == "built"
 
 
-@pytest.fixture(scope="module")
-def engine_b():
-    with second_engine() as host:
-        yield host
+@pytest.fixture(scope="session")
+def engine_b() -> str:
+    """The second engine's DOCKER_HOST (conftest.ENGINE_B: started, empty, when `pushed` filled the
+    registry or when a test first asks; stopped when the session ends)."""
+    return ENGINE_B.engine()
 
 
-@pytest.fixture(scope="module")
-def built_on_b(pushed, registry, engine_b, tmp_path_factory):
+@pytest.fixture(scope="session")
+def built_on_b(pushed, registry, engine_b) -> dict:
     """The README's request on the empty second engine, with the registry engine A pushed its
-    stages to as --cache-from; its JSON summary."""
-    summary = tmp_path_factory.mktemp("engine-b") / "summary.json"
-    result = run_build_py(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--cache-from", f"{registry}/ml",
-                          "--json", str(summary), "--recheck", env={"DOCKER_HOST": engine_b})  # fmt: skip
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "--cache-from: pulled" in result.stdout + result.stderr
-    return json.loads(summary.read_text())
+    stages to as --cache-from (built in the background from the moment they were there); its
+    JSON summary."""
+    built = ENGINE_B.start(registry).result()
+    assert "--cache-from: pulled" in built["output"], built["output"][-3000:]
+    return built
 
 
 def test_an_empty_engine_compiles_nothing_its_registry_holds(client, x86_build, built_on_b, engine_b):
