@@ -221,6 +221,10 @@ class Background:
 # BuildKit's cold compile test stays in the foreground: in the background beside the x86_64 chain
 # (commit 1072a2d), beside the arm64 chain (3020a86, 36 min 14 s) or after it on one core
 # (0ee47db, 36 min 20 s), it only moved its cost onto the tests beside it (046f0ce: 35 min 50 s).
+# With the arm64 OS image and the zendnn chain moved so (commit fc18776) a cold run left 849 idle
+# core-seconds, with the push and the second engine's build too (46b233b) 706, was 987 (f1d4f10);
+# its last 13 minutes, one Podman, registry, requirements or sharing test at a time, still about
+# 45% idle: the Podman build (164 s) and the --requirements build are what could run there next.
 # The tests that read the arm64 chain run last (pytest_collection_modifyitems).
 X86 = Background("x86", X86_ARGS)
 ARM64_OS = Background("arm64-os", ["bootstrap", "--arch", "aarch64"], nice=True, summary=False, recheck=False)
