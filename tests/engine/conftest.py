@@ -202,7 +202,8 @@ class Background:
 
 # The builds every engine run needs, in the background from the moment collection ends, in an
 # order measured in cold runs sampled every 10 s (2026-11-25 and 26). The run is bound by its CPU
-# work (about 3,400 busy core-seconds on 2 cores): an order only helps where it fills idle cores.
+# work (3,400 to 3,900 busy core-seconds on 2 cores, as fast as the host runs that hour): an order
+# only helps where it fills idle cores.
 # - The x86_64 chain first, beside the unit tests (they use about one core).
 # - Beside it, at the lowest CPU priority, the arm64 OS image (mmdebstrap, its maintainer scripts
 #   under qemu: about 110 core-seconds): on the cores that the x86_64 chain's downloads, unpacking
