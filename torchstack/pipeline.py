@@ -188,19 +188,22 @@ def _base_image(client, plan: Plan, options: dict, view: BuildView) -> str:
     return bootstrap.ensure_base_image(client, plan, options.get("debian_mirror"))
 
 
-def _lock(name: str, view: BuildView):
-    """Hold `name` among this host's runs (sharing.lock), saying so when this run waits."""
-    return sharing.lock(sources.state_dir() / "locks", name, view.note)
+def _lock(chosen: connection.Engine, name: str, view: BuildView):
+    """Hold `name` on the engine `chosen` among this host's runs (sharing.lock), saying so when
+    this run waits. Per engine, by its API socket: another engine on this host (a second dockerd,
+    Podman) keeps images of the same names in a store of its own, and builds them meanwhile."""
+    return sharing.lock(sources.state_dir() / "locks", f"{chosen.url} {name}", view.note, f"building {name}")
 
 
-def _build_stages(client, kind: str, plan: Plan, options: dict, reports: list[StageReport], view: BuildView,
+def _build_stages(client, chosen: connection.Engine, plan: Plan, options: dict, reports: list[StageReport], view: BuildView,
                   contexts: Path, source_files: dict[str, Path], secrets: BuildSecrets, log_path: Path) -> None:
     """Build each stage of the plan in order, or take it as it is. Each under a lock among this
     host's runs (sharing.lock): equal runs at once make, and tag, the very same images."""
     for stage, report in zip(plan.stages, reports, strict=True):
         assemble_context(plan, stage, contexts / stage.name, source_files, secrets)
         progress = view.start(report)
-        with _lock(stage.image, view):
+        kind = chosen.kind
+        with _lock(chosen, stage.image, view):
             taken = _podman_stage(client, plan, stage, options, view.note) if kind == "podman" else None
             if taken:
                 report.status, report.cached, report.seconds = taken, True, time.monotonic() - progress.started
@@ -365,7 +368,7 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
 
     with _run_scope(client, options, contexts) as secrets, BuildView(reports, log_path, options.get("quiet", False)) as view:
         _say_first(view, plan, options, chosen, [*cleaned, *wheel_notes, *cpu_notes], base_missing)
-        with _lock(plan.base_image, view):
+        with _lock(chosen, plan.base_image, view):
             base = _base_image(client, plan, options, view)
         view.note(f"torchstack: base image {base}")
         ccache = functools.partial(engine.move_ccache, folder=options["ccache_dir"], image=base, platform=plan.platform,
@@ -374,12 +377,12 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
         if ccache:
             ccache("in")
             view.note(f"torchstack: compiler cache loaded from {options['ccache_dir']}")
-        _build_stages(client, chosen.kind, plan, options, reports, view, contexts, source_files, secrets, log_path)
+        _build_stages(client, chosen, plan, options, reports, view, contexts, source_files, secrets, log_path)
         if ccache:
             ccache("out")
             view.note(f"torchstack: compiler cache saved to {options['ccache_dir']}")
         # Equal runs at once: the second waits, then finds the same image and the first's checks.
-        with _lock(f"{plan.top_image} release", view):
+        with _lock(chosen, f"{plan.top_image} release", view):
             release = _check_and_tag(client, chosen, catalog, plan, options, view, contexts, log_path)
         reports[-1].tags.append(plan.top_image)
         pushed, signed = _publish(client, chosen.kind, plan, options, pushes, release, began, view.note)

@@ -114,3 +114,31 @@ def test_sigterm_unwinds_like_ctrl_c_and_says_143():
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
     assert cleaned == [True]
     assert sharing.exit_code(raised.value) == 143 and sharing.exit_code(KeyboardInterrupt()) == 130
+
+
+def test_a_run_on_another_engine_does_not_wait_for_an_image_of_the_same_name(tmp_path, monkeypatch):
+    """Each engine keeps its own images: the lock on a name is the engine's (its API socket), so a
+    second dockerd's or Podman's build of the same request goes on; the same engine's waits."""
+    from torchstack import connection, pipeline
+
+    monkeypatch.setattr(pipeline.sources, "state_dir", lambda: tmp_path)
+    docker_engine = connection.Engine("docker", "unix:///var/run/docker.sock", "the default")
+    podman_engine = connection.Engine("podman", "unix:///run/podman/podman.sock", "--engine podman")
+    name = "torchstack-final:r26.11-torch-2.13.0-onednn"
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with pipeline._lock(docker_engine, name, SimpleNamespace(note=print)):
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(10)
+    said = []
+    with pipeline._lock(podman_engine, name, SimpleNamespace(note=said.append)):
+        assert said == []
+    threading.Timer(0.5, release.set).start()
+    with pipeline._lock(docker_engine, name, SimpleNamespace(note=said.append)):
+        assert said == [f"torchstack: waiting for run {os.getpid()}, which is building {name} on this host"]
+    holder.join()
