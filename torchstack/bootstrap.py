@@ -22,6 +22,11 @@ SLIM_DPKG_OPTIONS = (
     "path-include=/usr/share/doc/*/copyright",
     "path-exclude=/usr/share/info/*",
 )
+# As Debian's own container images too: no translated package descriptions in apt's indexes. They
+# stay in the image's apt configuration (mmdebstrap's 99mmdebstrap), so every stage's
+# `apt-get update` fetches and parses about 40% less (the Translation-en index of bookworm's main
+# is 32 MB beside its 49 MB package list; under qemu an update then takes 11 s of CPU, not 16).
+SLIM_APT_OPTIONS = ('Acquire::Languages "none"',)
 DOCKERFILE = """FROM scratch
 ADD rootfs.tar /
 CMD ["bash"]
@@ -49,6 +54,7 @@ def ensure_base_image(client: docker.DockerClient, plan: Plan, mirror: str | Non
         command = [
             "mmdebstrap", "--variant=minbase", f"--architectures={plan.arch.debian}", "--quiet",
             *(f"--dpkgopt={option}" for option in SLIM_DPKG_OPTIONS),
+            *(f"--aptopt={option}" for option in SLIM_APT_OPTIONS),
             distribution.name, str(rootfs), mirror or distribution.mirror,
         ]  # fmt: skip
         # A fixed SOURCE_DATE_EPOCH makes the tarball reproducible for the same package versions.
