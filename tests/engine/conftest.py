@@ -214,19 +214,21 @@ class Background:
 #   cores for all of it; after the BuildKit compile test (2026-11-25), a cold run took 61 min, not 48.
 # - Once the arm64 chain ended, the zendnn chain (its final stage, pip and checks: about one core)
 #   and the push of the x86_64 chain to the session's registry (PUSHED); once that ended, the
-#   README's build on an empty second engine from that registry (ENGINE_B). They run beside the
-#   Podman, registry and requirements tests, which used one core of two in the run's last 15 to 18
-#   minutes (commit 046f0ce: both cores busy until the arm64 chain ended, 19 minutes in, then 41%
-#   idle; commit fc18776, with the zendnn chain alone moved there: 45% idle in its last 15 minutes).
-#   The zendnn chain shares the x86_64 chain's earlier stages: it never starts before that ended.
+#   README's build on an empty second engine (ENGINE_B) and on an empty Podman engine
+#   (PODMAN_BUILD) from that registry; once the zendnn chain ended, the --requirements build
+#   (WITH_REQUIREMENTS). They run beside the registry, reuse, sharing and signing tests, which
+#   used one core of two in the run's last 15 to 18 minutes (commit 046f0ce: both cores busy until
+#   the arm64 chain ended, 19 minutes in, then 41% idle; commit fc18776, with the zendnn chain
+#   alone moved there: 45% idle in its last 15 minutes). The tests that read the Podman and
+#   requirements builds run after those (LATE). The zendnn chain shares the x86_64 chain's earlier
+#   stages: it never starts before that ended.
 # BuildKit's cold compile test stays in the foreground: in the background beside the x86_64 chain
 # (commit 1072a2d), beside the arm64 chain (3020a86, 36 min 14 s) or after it on one core
 # (0ee47db, 36 min 20 s), it only moved its cost onto the tests beside it (046f0ce: 35 min 50 s).
 # With the arm64 OS image and the zendnn chain moved so (commit fc18776) a cold run left 849 idle
-# core-seconds, with the push and the second engine's build too (46b233b) 706, was 987 (f1d4f10);
-# its last 13 minutes, one Podman, registry, requirements or sharing test at a time, still about
-# 45% idle: the Podman build (164 s) and the --requirements build are what could run there next.
-# The tests that read the arm64 chain run last (pytest_collection_modifyitems).
+# core-seconds, with the push and the second engine's build too (46b233b) 706, was 987 (f1d4f10):
+# its last 11 minutes, one Podman, registry, requirements or sharing test at a time, about 40% idle.
+# The tests that read the arm64 chain run last (LATE).
 X86 = Background("x86", X86_ARGS)
 ARM64_OS = Background("arm64-os", ["bootstrap", "--arch", "aarch64"], nice=True, summary=False, recheck=False)
 ARM64 = Background("arm64", [*ARM64_ARGS, "--quiet"])
@@ -237,17 +239,27 @@ ZENDNN_PLUGINS = ("compile_backend", "device")
 def _zendnn_inputs(folder: Path) -> list[str]:
     """The local torch wheel and the test plugins (built into `folder`) the zendnn chain installs."""
     wheels = build_plugin_wheels(folder / "plugins", ZENDNN_PLUGINS)
+    ZENDNN_WHEELS.update(wheels)
     return ["--torch-wheel", x86_wheelhouse(), *(arg for name in ZENDNN_PLUGINS for arg in ("--plugin-wheel", str(wheels[name])))]
 
 
+ZENDNN_WHEELS: dict[str, Path] = {}  # folder name -> the wheel the zendnn chain installed
 ZENDNN = Background("zendnn", [*X86_ARGS, "--backend", "zendnn"], prepare=_zendnn_inputs)
 
 
+# Builds started in the background late in the run, and the arm64 chain: the tests that read them
+# run after every other, in this order, so that the tests before them run beside those builds.
+LATE = ("requirements_build", "podman_build", "arm64_build")
+
+
 def pytest_collection_modifyitems(session, config, items):
-    """The tests that read the arm64 chain after every other, in their order. The fixtures they
-    share with tests of their module are session-scoped (test_podman's engine and build), so that
-    moving them does not set those up twice."""
-    items.sort(key=lambda item: "arm64_build" in getattr(item, "fixturenames", ()))
+    """The tests that read a build of LATE after every other, in LATE's order (a test reading two
+    goes with the later). The fixtures they share with tests of their module are session-scoped
+    (test_podman's engine and build), so that moving them does not set those up twice."""
+    def lateness(item) -> int:
+        return max((i + 1 for i, name in enumerate(LATE) if name in getattr(item, "fixturenames", ())), default=0)
+
+    items.sort(key=lateness)
 
 
 class BackgroundCall:
@@ -313,12 +325,15 @@ SKOPEO = BackgroundCall(_skopeo_image, _remove_image)
 
 def _in_turn(*steps: tuple[tuple[Background, ...], list]) -> None:
     """In a thread: for each step (builds, starters) in turn, once each of its builds has ended
-    (at once for one never started), call each starter. A starter that fails leaves its failure
-    to the test that asks for its result (it starts again there, in the foreground)."""
+    (at once for one never started), call each starter; none if one of them failed (or was
+    stopped: the session is ending). A starter that fails leaves its failure to the test that asks
+    for its result (it starts again there, in the foreground)."""
     def run() -> None:
         for builds, starters in steps:
             for build in builds:
                 build.wait()
+            if any(build.process is not None and build.process.returncode != 0 for build in builds):
+                continue
             for start in starters:
                 with contextlib.suppress(BaseException):
                     start()
@@ -333,33 +348,33 @@ def _wanted(session, fixture: str) -> bool:
 def pytest_collection_finish(session):
     if session.config.option.collectonly:
         return
-    x86, arm64 = _wanted(session, "x86_build"), _wanted(session, "arm64_build")
+    wanted = {name for name in ("x86_build", "arm64_build", "arm64_pushed", "skopeo", "zendnn_build", "pushed", "built_on_b",
+                                "podman_build", "requirements_build") if _wanted(session, name)}  # fmt: skip
+    x86 = "x86_build" in wanted
     if x86 and (folder := _named_wheelhouse()):
         X86.env = {"PIP_FIND_LINKS": folder}
         X86.start()
-    if arm64:
+    if "arm64_build" in wanted:
         ARM64_OS.start()
-    ENGINE_B.wanted = x86 and _wanted(session, "built_on_b")
+
+    def starters(*pairs: tuple[str, Background | BackgroundCall]) -> list:
+        return [work.start for fixture, work in pairs if fixture in wanted]
+
     _in_turn(
-        ((X86, ARM64_OS), [*([ARM64.start] if arm64 else []), *([SKOPEO.start] if _wanted(session, "skopeo") else [])]),
-        ((ARM64,), [*([ZENDNN.start] if x86 and _wanted(session, "zendnn_build") else []),
-                    *([PUSHED.start] if x86 and _wanted(session, "pushed") else [])]),
-        ((PUSHED,), [_start_engine_b]),
+        ((X86, ARM64_OS), starters(("arm64_build", ARM64), ("skopeo", SKOPEO))),
+        ((ARM64,), starters(("zendnn_build", ZENDNN), ("pushed", PUSHED)) if x86 else []),
+        ((PUSHED,), starters(("built_on_b", ENGINE_B), ("podman_build", PODMAN_BUILD)) if x86 else []),
+        ((ZENDNN, ARM64), [*(starters(("requirements_build", WITH_REQUIREMENTS)) if x86 else []), *starters(("arm64_pushed", ARM64_PUSHED))]),
     )
 
 
-def _start_engine_b() -> None:
-    """The second engine's build, once PUSHED filled the registry (not after a failed push: the
-    test that asks for it reports that)."""
-    if ENGINE_B.wanted and PUSHED.process is not None and PUSHED.process.returncode == 0:
-        ENGINE_B.start(REGISTRY.get())
-
-
 def pytest_sessionfinish(session):
-    for build in (ZENDNN, ARM64, ARM64_OS, X86, ENGINE_B, PUSHED):
+    for build in (ZENDNN, ARM64, ARM64_OS, X86, ENGINE_B, PODMAN_BUILD, WITH_REQUIREMENTS, PUSHED, ARM64_PUSHED):
         build.stop()
+    if WITH_REQUIREMENTS.process is not None:  # its test untags it; not if the session ended before
+        untag(docker.from_env(), f":{APP_RELEASE}-")
     SKOPEO.stop()
-    for resource in (REGISTRY, COSIGN_KEYS):
+    for resource in (PODMAN, SECOND_ENGINE, REGISTRY, COSIGN_KEYS):
         resource.close()
 
 
@@ -385,8 +400,7 @@ def zendnn_build(client, x86_build):
     whose earlier stages it shares (in the background once the arm64 chain ended); its JSON
     summary, with the build's output (the checks' report among it) as `output` and the plugin
     wheels it installed as `plugin_wheels` (folder name -> wheel file)."""
-    built = ZENDNN.result()
-    return {**built, "plugin_wheels": {name: Path(arg) for name, arg in zip(ZENDNN_PLUGINS, ZENDNN.extra[3::2])}}
+    return {**ZENDNN.result(), "plugin_wheels": dict(ZENDNN_WHEELS)}
 
 
 @pytest.fixture(scope="session")
@@ -484,16 +498,22 @@ class Resource:
         self.make = make  # (ExitStack) -> value: what undoes it goes on the stack
         self.stack = contextlib.ExitStack()
         self.value = None
+        self.closed = False
         self.lock = threading.Lock()
 
     def get(self):
         with self.lock:
+            # Never after the session's end closed it: a background thread that asks late (the
+            # session cut short by Ctrl-C or -x) would start what nothing undoes.
+            if self.closed:
+                raise RuntimeError("the session is ending: its resources are closed")
             if self.value is None:
                 self.value = self.make(self.stack)
             return self.value
 
     def close(self) -> None:
         with self.lock:
+            self.closed = True
             self.stack.close()
 
 
@@ -557,48 +577,57 @@ def pushed(client, x86_build, registry, cosign_keys):
     untag(client, f"{registry}/")
 
 
-class EngineB:
-    """An empty second engine (second_engine) and the README's build on it, with the registry that
-    PUSHED filled as --cache-from: started in the background as soon as the stages are there, so
-    that it runs beside the Podman and registry tests (about one core each) instead of after them.
-    Both end when the session does."""
-
-    def __init__(self):
-        self.wanted = False  # set when collection ends: a test of the session reads the build
-        self.stack = contextlib.ExitStack()
-        self.host: str | None = None
-        self.build: Background | None = None
-        self.lock = threading.Lock()
-        self.stopped = False
-
-    def engine(self) -> str:
-        """The second engine's DOCKER_HOST, started now if it was not."""
-        with self.lock:
-            if self.host is None and not self.stopped:
-                self.host = self.stack.enter_context(second_engine())
-            return self.host
-
-    def start(self, registry: str) -> Background:
-        """The build on the second engine, started now if it was not."""
-        host = self.engine()
-        with self.lock:
-            if host is None:
-                raise RuntimeError("the second engine was stopped: the session is ending")
-            if self.build is None:
-                self.build = Background("engine-b", [*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--cache-from", f"{registry}/ml"])
-                self.build.env = {"DOCKER_HOST": host}
-                self.build.start()
-            return self.build
-
-    def stop(self) -> None:
-        with self.lock:
-            self.stopped = True
-        if self.build is not None:
-            self.build.stop()
-        self.stack.close()
+# An empty second engine, as a new CI runner's (second_engine), made by whoever asks first: the
+# background build below, or test_reuse.
+SECOND_ENGINE = Resource(lambda stack: stack.enter_context(second_engine()))
 
 
-ENGINE_B = EngineB()
+def _pushed_stages() -> str:
+    """Where PUSHED sent the x86_64 chain's stages; refused before it did (an empty registry as
+    --cache-from would compile numpy again)."""
+    if PUSHED.process is None or PUSHED.process.poll() != 0:
+        raise RuntimeError("the x86_64 chain's stages were not pushed")
+    return f"{REGISTRY.get()}/ml"
+
+
+def _engine_b_inputs(folder: Path) -> list[str]:
+    ENGINE_B.env = {"DOCKER_HOST": SECOND_ENGINE.get()}
+    return ["--torch-wheel", x86_wheelhouse(), "--cache-from", _pushed_stages()]
+
+
+# The README's build on the second engine, with the registry PUSHED filled as --cache-from: in the
+# background as soon as the stages are there, beside the registry, reuse and sharing tests.
+ENGINE_B = Background("engine-b", X86_ARGS, prepare=_engine_b_inputs)
+
+# An empty Podman engine (podman_engine), with the session's registry; made by whoever asks first.
+PODMAN = Resource(lambda stack: stack.enter_context(podman_engine(REGISTRY.get())))
+
+
+def _podman_inputs(folder: Path) -> list[str]:
+    stages = _pushed_stages()
+    PODMAN_BUILD.env = PODMAN.get()
+    return ["--torch-wheel", x86_wheelhouse(), "--cache-from", stages, "--push", "--registry", f"{REGISTRY.get()}/podman"]
+
+
+# The README's build with --engine podman on that engine, from the stages PUSHED sent (Podman
+# takes them under their content names), checked through Podman and pushed: in the background
+# from the moment the stages are there. Its image is Podman's own: its checks run without --recheck.
+PODMAN_BUILD = Background("podman", ["--engine", "podman", *X86_ARGS], prepare=_podman_inputs, recheck=False)
+
+# A team's requirements in another release of the README image (test_requirements): the final
+# stage again, with transformers resolved against the stack. In the background once the zendnn
+# chain ended; its checks are the test's own.
+APP_REQUIREMENTS = "transformers==5.24.0\n"
+APP_RELEASE = "r99.12"
+
+
+def _requirements_inputs(folder: Path) -> list[str]:
+    wanted = folder / "requirements.txt"
+    wanted.write_text(APP_REQUIREMENTS)
+    return ["--torch-wheel", x86_wheelhouse(), "--release", APP_RELEASE, "--requirements", str(wanted), "--no-test"]
+
+
+WITH_REQUIREMENTS = Background("requirements", X86_ARGS, prepare=_requirements_inputs, recheck=False)
 
 
 def wait_for_engine(process: subprocess.Popen, url: str, log: Path, name: str) -> None:
@@ -720,11 +749,19 @@ def podman_engine(registry: str) -> Iterator[dict]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def _arm64_push_inputs(folder: Path) -> list[str]:
+    keys = COSIGN_KEYS.get()
+    ARM64_PUSHED.env = keys["env"]
+    return ["--push", "--registry", f"{REGISTRY.get()}/ml", "--sign", str(keys["ours"][0])]
+
+
+# The emulated arm64 image pushed by the Docker engine and signed (ours key): a no-op rebuild, its
+# checks not run again, then the push. In the background once the zendnn chain ended.
+ARM64_PUSHED = Background("arm64-pushed", [*ARM64_ARGS, "--quiet"], prepare=_arm64_push_inputs, recheck=False)
+
+
 @pytest.fixture(scope="session")
 def arm64_pushed(arm64_build, registry, cosign_keys) -> str:
-    """The emulated arm64 image in the loopback registry, pushed by the Docker engine once per session
-    and signed (ours key)."""
-    sent = run_build_py(*ARM64_ARGS, "--push", "--registry", f"{registry}/ml", "--quiet", "--sign", str(cosign_keys["ours"][0]),
-                        env=cosign_keys["env"])  # fmt: skip
-    assert sent.returncode == 0, sent.stdout[-3000:] + sent.stderr[-3000:]
+    """The emulated arm64 image in the loopback registry (ARM64_PUSHED), pushed once per session and signed."""
+    ARM64_PUSHED.result()
     return f"{registry}/ml/torchstack:{arm64_build['release_tag']}"

@@ -5,7 +5,6 @@ Podman takes them under their content names); the final stage is built by Podman
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
 import shutil
@@ -15,7 +14,7 @@ import uuid
 import docker
 import pytest
 
-from tests.engine.conftest import X86_ARGS, listed_architectures, podman_engine, run_build_py, x86_wheelhouse
+from tests.engine.conftest import PODMAN, PODMAN_BUILD, listed_architectures, run_build_py
 
 pytestmark = pytest.mark.engine
 
@@ -25,9 +24,9 @@ SLOW = ("every_example", "torch_compile", "ca_bundles", "threads", "restricted_p
 
 
 @pytest.fixture(scope="session")
-def podman(registry):
-    with podman_engine(registry) as env:
-        yield env
+def podman() -> dict:
+    """The empty Podman engine of the session (conftest.PODMAN), with the session's registry."""
+    return PODMAN.get()
 
 
 def podman_cli(env: dict, *args: str) -> subprocess.CompletedProcess:
@@ -44,15 +43,11 @@ def rootless_podman(user: str, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="session")
-def podman_build(podman, pushed, registry, tmp_path_factory):
+def podman_build(podman, pushed) -> dict:
     """The README's build with `--engine podman`, starting from the stages the Docker chain pushed,
-    checked through Podman and pushed; its JSON summary, with the build's output as `output`."""
-    summary = tmp_path_factory.mktemp("podman") / "summary.json"
-    result = run_build_py("--engine", "podman", *X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--json", str(summary),
-                          "--cache-from", f"{registry}/ml", "--push", "--registry", f"{registry}/podman",
-                          env=podman)  # fmt: skip
-    assert result.returncode == 0, f"the Podman build failed:\n{result.stdout[-4000:]}{result.stderr[-3000:]}"
-    return {**json.loads(summary.read_text()), "output": result.stdout + result.stderr}
+    checked through Podman and pushed (conftest.PODMAN_BUILD: in the background once `pushed`
+    ended); its JSON summary, with the build's output as `output`."""
+    return PODMAN_BUILD.result()
 
 
 def test_podman_builds_the_readme_image_checks_it_and_pushes_it(client, x86_build, podman, podman_build, registry):

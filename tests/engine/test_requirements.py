@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from tests.engine.conftest import X86_ARGS, run_build_py, untag, x86_wheelhouse
+from tests.engine.conftest import APP_RELEASE, APP_REQUIREMENTS, WITH_REQUIREMENTS, X86_ARGS, run_build_py, untag, x86_wheelhouse
 
 pytestmark = pytest.mark.engine
 
-TRANSFORMERS = "transformers==5.24.0"
+TRANSFORMERS = APP_REQUIREMENTS.strip()
 # numpy's RECORD (every file with its hash): the same text in two images is the same numpy install.
 NUMPY_RECORD = "import importlib.metadata as m; print(m.distribution('numpy').read_text('RECORD'))"
 # A BERT made from its configuration (random weights, nothing downloaded), run as a team's code runs it.
@@ -40,30 +40,31 @@ def test_a_requirement_on_another_torch_is_refused_in_one_line_before_any_build(
     assert "full build output goes to" not in result.stderr
 
 
-def test_another_release_with_a_teams_requirements_rebuilds_only_its_final_stage_and_keeps_our_numpy(client, x86_build, tmp_path):
-    wanted = tmp_path / "requirements.txt"
-    wanted.write_text(f"{TRANSFORMERS}\n")
-    summary = tmp_path / "app.json"
-    result = run_build_py(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--release", "r99.12", "--requirements", str(wanted),
-                          "--json", str(summary), "--no-test")  # fmt: skip
-    try:
-        assert result.returncode == 0, result.stderr[-3000:]
-        built = json.loads(summary.read_text())
-        statuses = {s["stage"]: s["status"] for s in built["stages"]}
-        assert statuses == {"base": "cached", "libs": "cached", "tools": "cached", "dev": "cached", "final": "built"}
-        image = built["final_image"]
-        assert image.endswith(f"-requirements.{hashlib.sha256(wanted.read_bytes()).hexdigest()[:8]}"), image
-        recorded = json.loads(client.images.get(image).labels["io.torchstack.build-info"])["requirements"]
-        assert recorded["requested"] == [TRANSFORMERS], recorded
-        assert not {p.split("==")[0].lower() for p in recorded["resolved"]} & {"torch", "numpy"}, recorded["resolved"]
-        assert f"torchstack: --requirements requirements.txt: {TRANSFORMERS}, with " in result.stderr
+@pytest.fixture(scope="session")
+def requirements_build(client, x86_build):
+    """The README's request in another release (APP_RELEASE) with a team's requirements
+    (APP_REQUIREMENTS), built without checks (conftest.WITH_REQUIREMENTS: in the background once
+    the zendnn chain ended); its JSON summary, with its output as `output`. Untagged afterwards."""
+    yield WITH_REQUIREMENTS.result()
+    untag(client, f":{APP_RELEASE}-")
 
-        # The checks of numpy's BLAS, the pins and the installer, and of the requirements themselves.
-        checks = run_build_py("test", image, "-k", "numpy or pins or installer or app_requirement")
-        assert checks.returncode == 0 and " passed" in checks.stdout, checks.stdout[-3000:] + checks.stderr[-2000:]
-        ours, theirs = (client.containers.run(name, ["python3", "-c", NUMPY_RECORD], remove=True) for name in (x86_build["final_image"], image))
-        assert theirs == ours, "numpy's files differ from the README image's: the requirements moved numpy"
-        out = client.containers.run(image, ["python3", "-c", BERT], remove=True, stderr=True, **RESTRICTED).decode()
-        assert out.strip().splitlines()[-1].startswith("(2, 16, 64) "), out[-2000:]
-    finally:
-        untag(client, ":r99.12-")
+
+def test_another_release_with_a_teams_requirements_rebuilds_only_its_final_stage_and_keeps_our_numpy(client, x86_build,
+                                                                                                      requirements_build):  # fmt: skip
+    built = requirements_build
+    statuses = {s["stage"]: s["status"] for s in built["stages"]}
+    assert statuses == {"base": "cached", "libs": "cached", "tools": "cached", "dev": "cached", "final": "built"}
+    image = built["final_image"]
+    assert image.endswith(f"-requirements.{hashlib.sha256(APP_REQUIREMENTS.encode()).hexdigest()[:8]}"), image
+    recorded = json.loads(client.images.get(image).labels["io.torchstack.build-info"])["requirements"]
+    assert recorded["requested"] == [TRANSFORMERS], recorded
+    assert not {p.split("==")[0].lower() for p in recorded["resolved"]} & {"torch", "numpy"}, recorded["resolved"]
+    assert f"torchstack: --requirements requirements.txt: {TRANSFORMERS}, with " in built["output"]
+
+    # The checks of numpy's BLAS, the pins and the installer, and of the requirements themselves.
+    checks = run_build_py("test", image, "-k", "numpy or pins or installer or app_requirement")
+    assert checks.returncode == 0 and " passed" in checks.stdout, checks.stdout[-3000:] + checks.stderr[-2000:]
+    ours, theirs = (client.containers.run(name, ["python3", "-c", NUMPY_RECORD], remove=True) for name in (x86_build["final_image"], image))
+    assert theirs == ours, "numpy's files differ from the README image's: the requirements moved numpy"
+    out = client.containers.run(image, ["python3", "-c", BERT], remove=True, stderr=True, **RESTRICTED).decode()
+    assert out.strip().splitlines()[-1].startswith("(2, 16, 64) "), out[-2000:]

@@ -9,7 +9,7 @@ import json
 import docker
 import pytest
 
-from tests.engine.conftest import BUILDKIT_TOOLS, ENGINE_B, X86_ARGS, run_build_py, untag, x86_wheelhouse
+from tests.engine.conftest import BUILDKIT_TOOLS, ENGINE_B, SECOND_ENGINE, X86_ARGS, run_build_py, untag, x86_wheelhouse
 
 pytestmark = pytest.mark.engine
 
@@ -43,17 +43,17 @@ def test_zendnn_after_onednn_compiles_nothing_below_final(x86_build, zendnn_buil
 
 @pytest.fixture(scope="session")
 def engine_b() -> str:
-    """The second engine's DOCKER_HOST (conftest.ENGINE_B: started, empty, when `pushed` filled the
-    registry or when a test first asks; stopped when the session ends)."""
-    return ENGINE_B.engine()
+    """The second engine's DOCKER_HOST (conftest.SECOND_ENGINE: started, empty, for the build below
+    or when a test first asks; stopped when the session ends)."""
+    return SECOND_ENGINE.get()
 
 
 @pytest.fixture(scope="session")
-def built_on_b(pushed, registry, engine_b) -> dict:
+def built_on_b(pushed, engine_b) -> dict:
     """The README's request on the empty second engine, with the registry engine A pushed its
-    stages to as --cache-from (built in the background from the moment they were there); its
-    JSON summary."""
-    built = ENGINE_B.start(registry).result()
+    stages to as --cache-from (conftest.ENGINE_B: in the background from the moment they were
+    there); its JSON summary."""
+    built = ENGINE_B.result()
     assert "--cache-from: pulled" in built["output"], built["output"][-3000:]
     return built
 
