@@ -57,10 +57,6 @@ X86_ARGS = [*README_ARGS, "--ca-bundle", str(CA_BUNDLE)]
 BUILDKIT_TOOLS = ["--build-type", "tools", "--openblas-from", "distro", "--builder", "buildx", "--ca-bundle",
                   str(CA_BUNDLE), "--tag", "buildkit-tools"]  # fmt: skip
 
-# BuildKit's cold numpy compile (the compile test's first build, under a tag of its own, with
-# --ccache-dir into its folder): in the background once the arm64 chain ended (BUILDKIT_FIRST).
-BUILDKIT_TAG = f"test-{uuid.uuid4().hex[:10]}"
-
 # The arm64 image the emulated tests build: PyPI's aarch64 torch wheels are CPU builds carrying
 # oneDNN with ACL up to torch 2.8; from 2.9 on they are CUDA builds, which the toolkit refuses for
 # a CPU image. The 2.8.0 wheel reports itself as 2.8.0+cpu: the labels carry that, the tag 2.8.0.
@@ -251,16 +247,9 @@ ZENDNN_WHEELS: dict[str, Path] = {}  # folder name -> the wheel the zendnn chain
 ZENDNN = Background("zendnn", [*X86_ARGS, "--backend", "zendnn"], prepare=_zendnn_inputs)
 
 
-def _buildkit_inputs(folder: Path) -> list[str]:
-    return ["--tag", BUILDKIT_TAG, "--no-test", "--ccache-dir", str(folder / "ccache")]
-
-
-BUILDKIT_FIRST = Background("buildkit", BUILDKIT_TOOLS[:-2], prepare=_buildkit_inputs, recheck=False)
-
-
 # Builds started in the background late in the run, and the arm64 chain: the tests that read them
 # run after every other, in this order, so that the tests before them run beside those builds.
-LATE = ("zendnn_build", "buildkit_first", "requirements_build", "podman_build", "arm64_build")
+LATE = ("requirements_build", "podman_build", "arm64_build")
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -360,7 +349,7 @@ def pytest_collection_finish(session):
     if session.config.option.collectonly:
         return
     wanted = {name for name in ("x86_build", "arm64_build", "arm64_pushed", "skopeo", "zendnn_build", "pushed", "built_on_b",
-                                "podman_build", "requirements_build", "buildkit_first") if _wanted(session, name)}  # fmt: skip
+                                "podman_build", "requirements_build") if _wanted(session, name)}  # fmt: skip
     x86 = "x86_build" in wanted
     if x86 and (folder := _named_wheelhouse()):
         X86.env = {"PIP_FIND_LINKS": folder}
@@ -372,18 +361,16 @@ def pytest_collection_finish(session):
         return [work.start for fixture, work in pairs if fixture in wanted]
 
     _in_turn(
-        ((X86, ARM64_OS), starters(("arm64_build", ARM64), ("skopeo", SKOPEO), *((("pushed", PUSHED),) if x86 else ()))),
+        ((X86, ARM64_OS), starters(("arm64_build", ARM64), ("skopeo", SKOPEO))),
+        ((ARM64,), starters(("zendnn_build", ZENDNN), ("pushed", PUSHED)) if x86 else []),
         ((PUSHED,), starters(("built_on_b", ENGINE_B), ("podman_build", PODMAN_BUILD)) if x86 else []),
-        ((ARM64,), starters(("zendnn_build", ZENDNN), ("buildkit_first", BUILDKIT_FIRST)) if x86 else []),
         ((ZENDNN, ARM64), [*(starters(("requirements_build", WITH_REQUIREMENTS)) if x86 else []), *starters(("arm64_pushed", ARM64_PUSHED))]),
     )
 
 
 def pytest_sessionfinish(session):
-    for build in (ZENDNN, ARM64, ARM64_OS, X86, ENGINE_B, PODMAN_BUILD, WITH_REQUIREMENTS, PUSHED, ARM64_PUSHED, BUILDKIT_FIRST):
+    for build in (ZENDNN, ARM64, ARM64_OS, X86, ENGINE_B, PODMAN_BUILD, WITH_REQUIREMENTS, PUSHED, ARM64_PUSHED):
         build.stop()
-    if BUILDKIT_FIRST.process is not None:
-        untag(docker.from_env(), f":{BUILDKIT_TAG}")
     if WITH_REQUIREMENTS.process is not None:  # its test untags it; not if the session ended before
         untag(docker.from_env(), f":{APP_RELEASE}-")
     SKOPEO.stop()
@@ -414,14 +401,6 @@ def zendnn_build(client, x86_build):
     summary, with the build's output (the checks' report among it) as `output` and the plugin
     wheels it installed as `plugin_wheels` (folder name -> wheel file)."""
     return {**ZENDNN.result(), "plugin_wheels": dict(ZENDNN_WHEELS)}
-
-
-@pytest.fixture(scope="session")
-def buildkit_first(client) -> dict:
-    """BuildKit's tools chain (BUILDKIT_TOOLS under BUILDKIT_TAG, numpy compiled with the compiler
-    cache mount, --ccache-dir), built once per session in the background; its JSON summary, with
-    the host folder the compiler cache was written out to as `ccache_dir`."""
-    return {**BUILDKIT_FIRST.result(), "ccache_dir": BUILDKIT_FIRST.folder / "ccache"}
 
 
 @pytest.fixture(scope="session")

@@ -25,14 +25,15 @@ def ccache_counts(stderr: str) -> tuple[int, int]:
     return hits, misses
 
 
-def test_a_patch_recompiles_only_what_it_touches(client, buildkit_first, repo_copy, unique_tag):
-    # The first build (conftest.BUILDKIT_FIRST): the reuse test's request under a tag of its own,
-    # numpy compiled cold with the cache mount, which --ccache-dir also wrote out to a host folder,
-    # as CI keeps it between runs.
-    saved = buildkit_first["ccache_dir"]
+def test_a_patch_recompiles_only_what_it_touches(client, repo_copy, unique_tag, tmp_path):
+    args = [*BUILDKIT_TOOLS[:-1], unique_tag]  # the reuse test's request, under a tag of this test's own
+    # --ccache-dir: the cache mount is also written out to a host folder, as CI keeps it between runs.
+    saved = tmp_path / "ccache"
+    # --no-test: this very image is checked where the BuildKit reuse test pushes it (test_reuse).
+    first = run_build_py(*args, "--no-test", "--ccache-dir", str(saved), cwd=repo_copy)
+    assert first.returncode == 0, first.stderr[-3000:]
     cached_objects = [p for p in saved.rglob("*") if p.is_file() and p.name.endswith("R")]  # ccache's result files
     assert len(cached_objects) > 100, f"{len(cached_objects)} compiler results saved to {saved}"
-    args = [*BUILDKIT_TOOLS[:-1], unique_tag]
 
     with tarfile.open(cache_dir() / "numpy-2.3.5.tar.gz") as sdist:
         original = sdist.extractfile(f"numpy-2.3.5/{TOUCHED}").read().decode().splitlines(keepends=True)

@@ -107,11 +107,11 @@ def test_a_change_to_the_final_stage_on_the_other_engine_rebuilds_final_only(bui
 
 
 # BuildKit's half of the proof, on the tools stage (numpy compiled with the compiler cache): the
-# buildx test's first build (conftest.BUILDKIT_FIRST) is this very build under another tag, so
+# buildx test's first build, when it ran before, is this very build (conftest.BUILDKIT_TOOLS), so
 # engine A takes it from its cache. With the `docker` driver, BuildKit exports inline cache only:
 # the layers of each image it builds, which the push then carries.
 @pytest.fixture(scope="module")
-def buildkit_pushed(client, registry, buildkit_first):
+def buildkit_pushed(client, registry):
     result = run_build_py(*BUILDKIT_TOOLS, "--push", "--push-stages", "--registry", f"{registry}/bk")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     yield
