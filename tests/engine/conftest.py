@@ -225,9 +225,13 @@ class Background:
 # BuildKit's cold compile test stays in the foreground: in the background beside the x86_64 chain
 # (commit 1072a2d), beside the arm64 chain (3020a86, 36 min 14 s) or after it on one core
 # (0ee47db, 36 min 20 s), it only moved its cost onto the tests beside it (046f0ce: 35 min 50 s).
+# Nor did the compile in the background once the arm64 chain ended, with the push and the other
+# engines' builds from the x86_64 chain's end (a0dfcc9: 37 min 25 s against 37 min 28 s): beside
+# them the arm64 chain took 1,150 s, not 810, and the tests started the builds gated on its end.
 # With the arm64 OS image and the zendnn chain moved so (commit fc18776) a cold run left 849 idle
-# core-seconds, with the push and the second engine's build too (46b233b) 706, was 987 (f1d4f10):
-# its last 11 minutes, one Podman, registry, requirements or sharing test at a time, about 40% idle.
+# core-seconds, with the push and the second engine's build too (46b233b) 706, was 987 (f1d4f10);
+# with the Podman, --requirements and arm64 push builds as well (8aa0f5f) 520, 375 of them in its
+# last 7 minutes: the BuildKit push, the sharing and signing tests, one at a time.
 # The tests that read the arm64 chain run last (LATE).
 X86 = Background("x86", X86_ARGS)
 ARM64_OS = Background("arm64-os", ["bootstrap", "--arch", "aarch64"], nice=True, summary=False, recheck=False)
