@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import hashlib
 import os
 import re
 import shutil
@@ -135,7 +136,10 @@ def lock(folder: Path, name: str, waiting: Callable[[str], None], doing: str | N
     once, in one line, when another run holds it (`doing`: what that run does, default building
     `name`) and this one waits."""
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / (re.sub(r"[^A-Za-z0-9_.-]+", "_", name) + ".lock")
+    readable = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+    if len(readable) > 200:  # a file name holds 255 bytes: a long engine socket and image name, shortened
+        readable = f"{readable[:180]}-{hashlib.sha256(name.encode()).hexdigest()[:16]}"
+    path = folder / (readable + ".lock")
     with open(path, "a+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

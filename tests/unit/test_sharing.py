@@ -142,3 +142,11 @@ def test_a_run_on_another_engine_does_not_wait_for_an_image_of_the_same_name(tmp
     with pipeline._lock(docker_engine, name, SimpleNamespace(note=said.append)):
         assert said == [f"torchstack: waiting for run {os.getpid()}, which is building {name} on this host"]
     holder.join()
+
+
+def test_a_lock_on_a_long_name_fits_in_a_file_name(tmp_path):
+    long = "unix:///run/user/1000/podman/podman.sock torchstack-final:" + "r26.11-torch-2.13.0-" + "plugin-0.1.0-" * 30
+    with sharing.lock(tmp_path, long, print):
+        with sharing.lock(tmp_path, long + "x", print):  # another name: another lock, no wait
+            pass
+    assert all(len(p.name) <= 255 for p in tmp_path.iterdir()) and len(list(tmp_path.iterdir())) == 2
