@@ -80,12 +80,15 @@ class BuildView:
         progress = self.progress[stage]
         if self._live is None and not self.quiet and (stage, progress.step) != self._last_step and progress.step:
             self._last_step = (stage, progress.step)
-            self.console.print(f"[{stage}] step {progress.step}/{progress.steps}: {progress.instruction[:110]}", highlight=False)
+            # Not markup: rich took "[final]" for a style and dropped it, and an instruction's own
+            # brackets (`RUN [ -f x ]`, a JSON-form CMD) are the Dockerfile's.
+            self.console.print(f"[{stage}] step {progress.step}/{progress.steps}: {progress.instruction[:110]}",
+                               highlight=False, markup=False)  # fmt: skip
 
     def note(self, text: str) -> None:
         self._log.write(text + "\n")
         if not self.quiet:
-            self.console.print(text, highlight=False)
+            self.console.print(text, highlight=False, markup=False)
 
     def _table(self) -> Table:
         table = Table(title="torchstack build", title_justify="left")
