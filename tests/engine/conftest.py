@@ -168,10 +168,16 @@ class Background:
             self.process = subprocess.Popen(command, cwd=ROOT, stdout=self.output, stderr=subprocess.STDOUT,
                                             env={**os.environ, **self.env})  # fmt: skip
 
-    def wait(self) -> None:
-        """Until it ended, if it was started."""
-        if self.process is not None:
-            self.process.wait()
+    def wait(self, until: str = "") -> bool:
+        """Until it ended, or (`until`) until its output shows that text; whether it got there
+        without failing (True for a build never started)."""
+        if self.process is None:
+            return True
+        while until and self.process.poll() is None:
+            if until in (self.folder / "output.log").read_text(errors="replace"):
+                return True
+            time.sleep(2)
+        return self.process.wait() == 0
 
     def result(self) -> dict:
         """Its summary, with its output as `output`, once it ended (started now if it was not)."""
@@ -208,8 +214,10 @@ class Background:
 # - Beside it, at the lowest CPU priority, the arm64 OS image (mmdebstrap, its maintainer scripts
 #   under qemu: about 110 core-seconds): on the cores that the x86_64 chain's downloads, unpacking
 #   and checks, and the unit tests, leave idle; it all but stops while numpy compiles.
-# - The arm64 chain under qemu when both ended: right after the x86_64 chain it runs beside the
-#   benchmark and tests that wait on the engine, registries and pip more than they compute.
+# - The arm64 chain under qemu once the OS image and the x86_64 chain's compile ended (its dev
+#   stage began: X86_COMPILED): beside that chain's dev and final stages (pip, apt, layer commits:
+#   55% of the cores for 90 s in 8aa0f5f's cold run) and checks, then the benchmark and tests that
+#   wait on the engine, registries and pip more than they compute.
 #   Elsewhere it cost more than it saved: beside the x86_64 chain's numpy compile, it took half the
 #   cores for all of it; after the BuildKit compile test (2026-11-25), a cold run took 61 min, not 48.
 # - Once the arm64 chain ended, the zendnn chain (its final stage, pip and checks: about one core)
@@ -234,6 +242,7 @@ class Background:
 # last 7 minutes: the BuildKit push, the sharing and signing tests, one at a time.
 # The tests that read the arm64 chain run last (LATE).
 X86 = Background("x86", X86_ARGS)
+X86_COMPILED = "[dev] step 1/"  # in its output once its tools stage (numpy's compile) ended
 ARM64_OS = Background("arm64-os", ["bootstrap", "--arch", "aarch64"], nice=True, summary=False, recheck=False)
 ARM64 = Background("arm64", [*ARM64_ARGS, "--quiet"])
 # zendnn with zentorch (from PyPI, paired with torch by version) and the two test plugins that fit.
@@ -327,16 +336,16 @@ def _remove_image(name: str) -> None:
 SKOPEO = BackgroundCall(_skopeo_image, _remove_image)
 
 
-def _in_turn(*steps: tuple[tuple[Background, ...], list]) -> None:
-    """In a thread: for each step (builds, starters) in turn, once each of its builds has ended
-    (at once for one never started), call each starter; none if one of them failed (or was
-    stopped: the session is ending). A starter that fails leaves its failure to the test that asks
-    for its result (it starts again there, in the foreground)."""
+def _in_turn(*steps: tuple[tuple, list]) -> None:
+    """In a thread: for each step (builds, starters) in turn, once each of its builds has ended,
+    or for a (build, text) once its output shows the text (at once for one never started), call
+    each starter; none if one of them failed (or was stopped: the session is ending). A starter
+    that fails leaves its failure to the test that asks for its result (it starts again there,
+    in the foreground)."""
     def run() -> None:
         for builds, starters in steps:
-            for build in builds:
-                build.wait()
-            if any(build.process is not None and build.process.returncode != 0 for build in builds):
+            got_there = [build.wait(until) for build, until in (b if isinstance(b, tuple) else (b, "") for b in builds)]
+            if not all(got_there):
                 continue
             for start in starters:
                 with contextlib.suppress(BaseException):
@@ -345,15 +354,14 @@ def _in_turn(*steps: tuple[tuple[Background, ...], list]) -> None:
     threading.Thread(target=run, daemon=True).start()
 
 
-def _wanted(session, fixture: str) -> bool:
-    return any(fixture in getattr(item, "fixturenames", ()) for item in session.items)
-
-
 def pytest_collection_finish(session):
     if session.config.option.collectonly:
         return
-    wanted = {name for name in ("x86_build", "arm64_build", "arm64_pushed", "skopeo", "zendnn_build", "pushed", "built_on_b",
-                                "podman_build", "requirements_build") if _wanted(session, name)}  # fmt: skip
+    for resource, fixtures in CLOSED_EARLY:
+        users = [item.nodeid for item in session.items if set(fixtures) & set(getattr(item, "fixturenames", ()))]
+        if users:
+            LAST_USER[users[-1]] = resource
+    wanted = {fixture for item in session.items for fixture in getattr(item, "fixturenames", ())}  # every fixture the run needs
     x86 = "x86_build" in wanted
     if x86 and (folder := _named_wheelhouse()):
         X86.env = {"PIP_FIND_LINKS": folder}
@@ -365,11 +373,19 @@ def pytest_collection_finish(session):
         return [work.start for fixture, work in pairs if fixture in wanted]
 
     _in_turn(
-        ((X86, ARM64_OS), starters(("arm64_build", ARM64), ("skopeo", SKOPEO))),
-        ((ARM64,), starters(("zendnn_build", ZENDNN), ("pushed", PUSHED)) if x86 else []),
+        (((X86, X86_COMPILED), ARM64_OS), starters(("arm64_build", ARM64))),
+        ((X86,), starters(("skopeo", SKOPEO))),
+        ((X86, ARM64), starters(("zendnn_build", ZENDNN), ("pushed", PUSHED)) if x86 else []),
         ((PUSHED,), starters(("built_on_b", ENGINE_B), ("podman_build", PODMAN_BUILD)) if x86 else []),
         ((ZENDNN, ARM64), [*(starters(("requirements_build", WITH_REQUIREMENTS)) if x86 else []), *starters(("arm64_pushed", ARM64_PUSHED))]),
     )
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    """Once the last test that uses an engine of CLOSED_EARLY ended: the engine closed beside the
+    tests that follow (the session's end waits for it, as for every resource)."""
+    if (resource := LAST_USER.pop(nodeid, None)) is not None:
+        threading.Thread(target=resource.close).start()
 
 
 def pytest_sessionfinish(session):
@@ -609,6 +625,11 @@ ENGINE_B = Background("engine-b", X86_ARGS, prepare=_engine_b_inputs)
 
 # An empty Podman engine (podman_engine), with the session's registry; made by whoever asks first.
 PODMAN = Resource(lambda stack: stack.enter_context(podman_engine(REGISTRY.get())))
+
+# The engines closed once the last test that uses them (by these fixtures) ended, not at the
+# session's end: the second engine's shutdown and data removal took 13 s there (2026-11-26).
+CLOSED_EARLY = ((SECOND_ENGINE, ("engine_b", "built_on_b")), (PODMAN, ("podman", "podman_build")))
+LAST_USER: dict[str, Resource] = {}  # that test's node ID -> the engine
 
 
 def _podman_inputs(folder: Path) -> list[str]:
