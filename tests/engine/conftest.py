@@ -174,8 +174,9 @@ class Background:
         if self.process is None:
             return True
         while until and self.process.poll() is None:
-            if until in (self.folder / "output.log").read_text(errors="replace"):
-                return True
+            with contextlib.suppress(OSError):  # removed by stop() meanwhile: the session is ending
+                if until in (self.folder / "output.log").read_text(errors="replace"):
+                    return True
             time.sleep(2)
         return self.process.wait() == 0
 
