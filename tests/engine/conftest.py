@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
+import difflib
 import ipaddress
 import json
 import os
@@ -28,7 +29,7 @@ import pytest
 from tests.conftest import build_plugin_wheels
 from torchstack import engine, sharing
 from torchstack.model import ROOT, load_catalog
-from torchstack.sources import state_dir
+from torchstack.sources import cache_dir, state_dir
 
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 
@@ -51,9 +52,9 @@ README_ARGS = ["--torch-from", "wheel", "--openblas-from", "distro"]
 X86_ARGS = [*README_ARGS, "--ca-bundle", str(CA_BUNDLE)]
 
 
-# BuildKit's tools chain (numpy compiled with the compiler cache mount): the BuildKit compile test
-# builds it first (under a tag of its own), the reuse test pushes it for an empty engine, and so
-# takes it from the engine's cache.
+# BuildKit's tools chain (numpy compiled with the compiler cache mount): the session's BuildKit
+# chain builds it first (BUILDKIT_FIRST, under a tag of its own), the reuse test pushes it for an
+# empty engine, and so takes it from the engine's cache.
 BUILDKIT_TOOLS = ["--build-type", "tools", "--openblas-from", "distro", "--builder", "buildx", "--ca-bundle",
                   str(CA_BUNDLE), "--tag", "buildkit-tools"]  # fmt: skip
 
@@ -140,11 +141,13 @@ class Background:
     makes what the run needs in that folder and returns the arguments naming it; `nice` runs it at
     the lowest CPU priority, on what the tests beside it leave idle; `summary=False` for a command
     that writes no summary (`bootstrap`); `recheck=False` leaves out the image checks on an image ID
-    that passed them."""
+    that passed them. `prepare` may also set `env` (the run's environment) and `root` (the checkout
+    it runs from: a changed copy)."""
 
     def __init__(self, name: str, args: list[str], prepare=None, nice: bool = False, summary: bool = True, recheck: bool = True):
         self.name, self.args, self.prepare, self.nice, self.summary, self.recheck = name, args, prepare, nice, summary, recheck
         self.env: dict[str, str] = {}
+        self.root = ROOT
         self.extra: list[str] = []
         self.process: subprocess.Popen | None = None
         self.stopped = False
@@ -164,8 +167,8 @@ class Background:
                 raise
             self.output = open(self.folder / "output.log", "w+")
             reported = [*(["--json", str(self.folder / "summary.json")] if self.summary else []), *(["--recheck"] if self.recheck else [])]
-            command = [*(["nice", "-n", "19"] if self.nice else []), sys.executable, str(ROOT / "build.py"), *self.args, *self.extra, *reported]
-            self.process = subprocess.Popen(command, cwd=ROOT, stdout=self.output, stderr=subprocess.STDOUT,
+            command = [*(["nice", "-n", "19"] if self.nice else []), sys.executable, str(self.root / "build.py"), *self.args, *self.extra, *reported]
+            self.process = subprocess.Popen(command, cwd=self.root, stdout=self.output, stderr=subprocess.STDOUT,
                                             env={**os.environ, **self.env})  # fmt: skip
 
     def wait(self, until: str = "") -> bool:
@@ -231,12 +234,17 @@ class Background:
 #   alone moved there: 45% idle in its last 15 minutes). The tests that read the Podman and
 #   requirements builds run after those (LATE). The zendnn chain shares the x86_64 chain's earlier
 #   stages: it never starts before that ended.
-# BuildKit's cold compile test stays in the foreground: in the background beside the x86_64 chain
-# (commit 1072a2d), beside the arm64 chain (3020a86, 36 min 14 s) or after it on one core
-# (0ee47db, 36 min 20 s), it only moved its cost onto the tests beside it (046f0ce: 35 min 50 s).
-# Nor did the compile in the background once the arm64 chain ended, with the push and the other
-# engines' builds from the x86_64 chain's end (a0dfcc9: 37 min 25 s against 37 min 28 s): beside
-# them the arm64 chain took 1,150 s, not 810, and the tests started the builds gated on its end.
+# BuildKit's compile test (BUILDKIT_FIRST, BUILDKIT_PATCHED, below): at the same weight as the
+# tests beside it, in the background beside the x86_64 chain (commit 1072a2d), beside the arm64
+# chain (3020a86, 36 min 14 s) or after it on one core (0ee47db, 36 min 20 s), it only moved its
+# cost onto them (in the foreground, 046f0ce: 35 min 50 s); once the arm64 chain ended, with the
+# push and the other engines' builds from the x86_64 chain's end (a0dfcc9: 37 min 25 s against
+# 37 min 28 s), the arm64 chain took 1,150 s, not 810, and the tests started the builds gated on
+# its end. In the foreground, the arm64 chain and the builds after it share the cores with its
+# compile, and the last 7 minutes of the run (the tests after those builds, one at a time) leave
+# a core idle: 465 idle core-seconds of 3,950 busy ones in the run of c4cbe72. So it builds from
+# the x86_64 chain's compile on at the lowest CPU weight (LowWeight): on what the others leave
+# idle, and at full speed once they are done; the tests that read it run last.
 # With the arm64 OS image and the zendnn chain moved so (commit fc18776) a cold run left 849 idle
 # core-seconds, with the push and the second engine's build too (46b233b) 706, was 987 (f1d4f10);
 # with the Podman, --requirements and arm64 push builds as well (8aa0f5f) 520, 375 of them in its
@@ -261,17 +269,128 @@ ZENDNN_WHEELS: dict[str, Path] = {}  # folder name -> the wheel the zendnn chain
 ZENDNN = Background("zendnn", [*X86_ARGS, "--backend", "zendnn"], prepare=_zendnn_inputs)
 
 
-# Builds started in the background late in the run, and the arm64 chain: the tests that read them
-# run after every other, in this order, so that the tests before them run beside those builds.
-LATE = ("requirements_build", "podman_build", "arm64_build")
+# BuildKit's tools chain, twice, for the compiler cache test (test_buildx): numpy compiled with the
+# cache mount, written out to a folder as CI keeps it (--ccache-dir); then the same request from a
+# copy of the checkout with a one-line patch to one numpy file, which must recompile that file
+# alone. Under a tag of the session's own (the reuse test's BUILDKIT_TOOLS request takes the
+# first build from the engine's cache).
+BUILDKIT_TAG = f"test-buildkit-{uuid.uuid4().hex[:10]}"
+BUILDKIT_ARGS = [*BUILDKIT_TOOLS[:-1], BUILDKIT_TAG, "--no-test"]
+PATCHED_FILE = "numpy/_core/src/multiarray/alloc.c"
+
+
+def _buildkit_first_inputs(folder: Path) -> list[str]:
+    return ["--ccache-dir", str(folder / "ccache")]
+
+
+def _buildkit_patched_inputs(folder: Path) -> list[str]:
+    """A copy of the checkout with patches/numpy holding a one-line patch to PATCHED_FILE. Its
+    comment is unique to the session: BuildKit keeps the patched step's layer from any earlier
+    run with the same patch, and then the step (and ccache) would not run at all. ccache still
+    hits on this file, because the preprocessor drops comments."""
+    copy = copy_of_checkout(folder)
+    with tarfile.open(cache_dir() / "numpy-2.3.5.tar.gz") as sdist:
+        original = sdist.extractfile(f"numpy-2.3.5/{PATCHED_FILE}").read().decode().splitlines(keepends=True)
+    changed = original + [f"/* torchstack test {BUILDKIT_TAG}: a one-line patch */\n"]
+    patch = "Why: proves the compiler cache. Upstream: none.\n" + "".join(
+        difflib.unified_diff(original, changed, f"a/{PATCHED_FILE}", f"b/{PATCHED_FILE}")
+    )
+    patches = copy / "patches" / "numpy"
+    patches.mkdir(parents=True, exist_ok=True)
+    (patches / "0001-touch-alloc.patch").write_text(patch)
+    (patches / "series").write_text("0001-touch-alloc.patch\n")
+    BUILDKIT_PATCHED.root = copy
+    return []
+
+
+BUILDKIT_FIRST = Background("buildkit-first", BUILDKIT_ARGS, prepare=_buildkit_first_inputs, recheck=False)
+BUILDKIT_PATCHED = Background("buildkit-patched", BUILDKIT_ARGS, prepare=_buildkit_patched_inputs, recheck=False)
+
+
+class LowWeight:
+    """BuildKit's build steps on this host's Docker engine at the lowest CPU weight, held while the
+    BuildKit chain builds in the background: dockerd runs every BuildKit step in a cgroup under
+    its own `buildkit` one (the cgroupfs driver, with the default cgroup parent), and that one's
+    weight against the engine's containers decides. The chain then takes the cores that the
+    builds and checks of every other test leave idle, as `nice` gives a process (a BuildKit step
+    is no child of build.py: `nice` cannot reach it). Where neither file exists (the systemd
+    driver, another cgroup parent, a remote engine), nothing changes: the chain runs beside the
+    tests at their weight. The weight found is put back when the chain ends, and at the session's
+    end."""
+
+    FILES = (("/sys/fs/cgroup/cpu/docker/buildkit/cpu.shares", "2", "1024"),  # cgroup v1
+             ("/sys/fs/cgroup/docker/buildkit/cpu.weight", "1", "100"))  # v2  # fmt: skip
+
+    def __init__(self):
+        self.found: dict[Path, str] = {}
+        self.held = False
+        self.lock = threading.Lock()
+
+    def hold(self) -> None:
+        """Lowered now, and again each second until released (the folder appears with the engine's first BuildKit step)."""
+        with self.lock:
+            self.held = True
+
+        def keep() -> None:
+            while True:
+                with self.lock:
+                    if not self.held:
+                        return
+                    for name, low, default in self.FILES:
+                        path = Path(name)
+                        with contextlib.suppress(OSError):
+                            if path not in self.found:
+                                value = path.read_text().strip()
+                                self.found[path] = default if value == low else value  # left low by a killed session
+                            path.write_text(low)
+                time.sleep(1)
+
+        threading.Thread(target=keep, daemon=True).start()
+
+    def release(self) -> None:
+        with self.lock:
+            self.held = False
+            for path, value in self.found.items():
+                with contextlib.suppress(OSError):
+                    path.write_text(value)
+            self.found.clear()
+
+
+BUILDKIT_WEIGHT = LowWeight()
+
+
+def _buildkit_chain() -> None:
+    """In a thread: once the x86_64 chain's compile ended (its OS image and stages below are then
+    the engine's), the BuildKit chain at the lowest weight, its patched build after its first."""
+    if not X86.wait(X86_COMPILED):
+        return
+    BUILDKIT_WEIGHT.hold()
+    try:
+        with contextlib.suppress(BaseException):  # left to the test that asks for the result
+            BUILDKIT_FIRST.start()
+            if BUILDKIT_FIRST.wait() and not BUILDKIT_PATCHED.stopped:
+                BUILDKIT_PATCHED.start()
+                BUILDKIT_PATCHED.wait()
+    finally:
+        BUILDKIT_WEIGHT.release()
+
+
+# Builds started in the background late in the run, the arm64 chain and the BuildKit chain: the
+# tests that read them run after every other, in this order, so that the tests before them run
+# beside those builds. With the BuildKit chain (last: it runs on what the others leave idle) go the
+# other tests that build with BuildKit on the session's engine (marked `buildkit`): beside the
+# chain, their steps would share its low weight.
+LATE = ("requirements_build", "podman_build", "arm64_build", "buildkit")
 
 
 def pytest_collection_modifyitems(session, config, items):
     """The tests that read a build of LATE after every other, in LATE's order (a test reading two
-    goes with the later). The fixtures they share with tests of their module are session-scoped
+    goes with the later); of the `buildkit` ones, those that wait for the BuildKit chain last, the
+    others beside it. The fixtures they share with tests of their module are session-scoped
     (test_podman's engine and build), so that moving them does not set those up twice."""
-    def lateness(item) -> int:
-        return max((i + 1 for i, name in enumerate(LATE) if name in getattr(item, "fixturenames", ())), default=0)
+    def lateness(item) -> tuple[int, bool]:
+        names = {*getattr(item, "fixturenames", ()), *(mark.name for mark in item.iter_markers())}
+        return max((i + 1 for i, name in enumerate(LATE) if name in names), default=0), "buildkit_first" in names
 
     items.sort(key=lateness)
 
@@ -380,6 +499,8 @@ def pytest_collection_finish(session):
         ((PUSHED,), starters(("built_on_b", ENGINE_B), ("podman_build", PODMAN_BUILD)) if x86 else []),
         ((ZENDNN, ARM64), [*(starters(("requirements_build", WITH_REQUIREMENTS)) if x86 else []), *starters(("arm64_pushed", ARM64_PUSHED))]),
     )
+    if "buildkit_first" in wanted:
+        threading.Thread(target=_buildkit_chain, daemon=True).start()
 
 
 def pytest_runtest_logfinish(nodeid, location):
@@ -390,8 +511,12 @@ def pytest_runtest_logfinish(nodeid, location):
 
 
 def pytest_sessionfinish(session):
-    for build in (ZENDNN, ARM64, ARM64_OS, X86, ENGINE_B, PODMAN_BUILD, WITH_REQUIREMENTS, PUSHED, ARM64_PUSHED):
+    for build in (ZENDNN, ARM64, ARM64_OS, X86, ENGINE_B, PODMAN_BUILD, WITH_REQUIREMENTS, PUSHED, ARM64_PUSHED,
+                  BUILDKIT_FIRST, BUILDKIT_PATCHED):  # fmt: skip
         build.stop()
+    BUILDKIT_WEIGHT.release()
+    if BUILDKIT_FIRST.process is not None:
+        untag(docker.from_env(), f":{BUILDKIT_TAG}")
     if WITH_REQUIREMENTS.process is not None:  # its test untags it; not if the session ended before
         untag(docker.from_env(), f":{APP_RELEASE}-")
     SKOPEO.stop()
@@ -436,6 +561,19 @@ def arm64_build(client):
 
 
 @pytest.fixture(scope="session")
+def buildkit_first(client) -> dict:
+    """BUILDKIT_FIRST's JSON summary (in the background from the x86_64 chain's compile on), its
+    output, and the folder its --ccache-dir wrote, as `ccache_dir`."""
+    return {**BUILDKIT_FIRST.result(), "ccache_dir": BUILDKIT_FIRST.folder / "ccache"}
+
+
+@pytest.fixture(scope="session")
+def buildkit_patched(buildkit_first) -> dict:
+    """BUILDKIT_PATCHED's JSON summary (in the background after BUILDKIT_FIRST), and its output."""
+    return BUILDKIT_PATCHED.result()
+
+
+@pytest.fixture(scope="session")
 def plain_image(client) -> str:
     """Debian with the x86_64 torch wheel installed by pip alone, as root: an image the toolkit did
     not build. Made by the benchmark's own code (benchmarks/run.py), so that its run in the session
@@ -449,16 +587,21 @@ def plain_image(client) -> str:
     return benchmark.plain_image(plan.base_image, plan.torch_wheel_file)[0]
 
 
-@pytest.fixture
-def repo_copy(tmp_path):
-    """A copy of the checkout to change (a stale patch, a slow step) without touching the real one."""
+def copy_of_checkout(folder: Path) -> Path:
+    """A copy of the checkout's files in `folder`, to change without touching the real one."""
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True).stdout
-    copy = tmp_path / "torchstack"
+    copy = folder / "torchstack"
     for name in files.split():
         if (ROOT / name).is_file():
             (copy / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, copy / name)
     return copy
+
+
+@pytest.fixture
+def repo_copy(tmp_path):
+    """A copy of the checkout to change (a stale patch, a slow step) without touching the real one."""
+    return copy_of_checkout(tmp_path)
 
 
 @pytest.fixture

@@ -105,7 +105,8 @@ def test_a_failing_step_names_stage_step_output_and_log(client, x86_build, repo_
 
 # A CI runner cancels a job with SIGTERM (then SIGKILL); a person presses Ctrl-C (SIGINT).
 @pytest.mark.parametrize(("builder", "cache_hit", "sent", "code"),
-                         [("docker", "---> Using cache", signal.SIGTERM, 143), ("buildx", "CACHED", signal.SIGINT, 130)])  # fmt: skip
+                         [("docker", "---> Using cache", signal.SIGTERM, 143),
+                          pytest.param("buildx", "CACHED", signal.SIGINT, 130, marks=pytest.mark.buildkit)])  # fmt: skip
 def test_a_cancelled_build_leaves_no_tag_no_container_no_context_and_the_next_run_resumes_from_cache(
     client, repo_copy, unique_tag, builder, cache_hit, sent, code
 ):

@@ -43,7 +43,7 @@ def serve(client, local_index, unique_tag):
     server.server_close()
 
 
-@pytest.mark.parametrize("builder", ["docker", "buildx"])
+@pytest.mark.parametrize("builder", ["docker", pytest.param("buildx", marks=pytest.mark.buildkit)])
 def test_pip_takes_packages_from_the_given_index_and_ships_no_trace_of_it(client, serve, unique_tag, builder, repo_copy):
     url, asked = serve
     # The legacy builder copies the pip configuration into the build, so a URL never used before

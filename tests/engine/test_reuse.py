@@ -107,11 +107,11 @@ def test_a_change_to_the_final_stage_on_the_other_engine_rebuilds_final_only(bui
 
 
 # BuildKit's half of the proof, on the tools stage (numpy compiled with the compiler cache): the
-# buildx test's first build, when it ran before, is this very build (conftest.BUILDKIT_TOOLS), so
-# engine A takes it from its cache. With the `docker` driver, BuildKit exports inline cache only:
-# the layers of each image it builds, which the push then carries.
+# session's BuildKit chain (conftest.BUILDKIT_FIRST) built this very request under a tag of its
+# own, so engine A takes it from its cache. With the `docker` driver, BuildKit exports inline
+# cache only: the layers of each image it builds, which the push then carries.
 @pytest.fixture(scope="module")
-def buildkit_pushed(client, registry):
+def buildkit_pushed(client, registry, buildkit_first):
     result = run_build_py(*BUILDKIT_TOOLS, "--push", "--push-stages", "--registry", f"{registry}/bk")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     yield
@@ -119,6 +119,7 @@ def buildkit_pushed(client, registry):
     untag(client, ":buildkit-tools")
 
 
+@pytest.mark.buildkit
 def test_buildkit_on_an_empty_engine_takes_the_compile_from_the_registrys_inline_cache(buildkit_pushed, registry,
                                                                                         engine_b, tmp_path):  # fmt: skip
     summary = tmp_path / "buildkit.json"
