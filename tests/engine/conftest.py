@@ -10,6 +10,7 @@ import ipaddress
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -472,6 +473,15 @@ def _in_turn(*steps: tuple[tuple, list]) -> None:
                     start()
 
     threading.Thread(target=run, daemon=True).start()
+
+
+def pytest_configure(config):
+    """A CI job's cancel (SIGTERM) ends the session as Ctrl-C does: fixtures torn down and
+    pytest_sessionfinish run (the background builds stopped, BuildKit's weight put back)."""
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupted)
 
 
 def pytest_collection_finish(session):
