@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import importlib.util
 import io
-import difflib
 import ipaddress
 import json
 import os
@@ -276,6 +276,7 @@ ZENDNN = Background("zendnn", [*X86_ARGS, "--backend", "zendnn"], prepare=_zendn
 # alone. Under a tag of the session's own (the reuse test's BUILDKIT_TOOLS request takes the
 # first build from the engine's cache).
 BUILDKIT_TAG = f"test-buildkit-{uuid.uuid4().hex[:10]}"
+# --no-test: the reuse test checks this very image, where an empty engine takes it from a registry.
 BUILDKIT_ARGS = [*BUILDKIT_TOOLS[:-1], BUILDKIT_TAG, "--no-test"]
 PATCHED_FILE = "numpy/_core/src/multiarray/alloc.c"
 
