@@ -316,9 +316,8 @@ class LowWeight:
     weight against the engine's containers decides. The chain then takes the cores that the
     builds and checks of every other test leave idle, as `nice` gives a process (a BuildKit step
     is no child of build.py: `nice` cannot reach it). Where neither file exists (the systemd
-    driver, another cgroup parent, a remote engine), nothing changes: the chain runs beside the
-    tests at their weight. The weight found is put back when the chain ends, and at the session's
-    end."""
+    driver, another cgroup parent), nothing changes: the chain runs beside the tests at their
+    weight. The weight found is put back when the chain ends, and at the session's end."""
 
     FILES = (("/sys/fs/cgroup/cpu/docker/buildkit/cpu.shares", "2", "1024"),  # cgroup v1
              ("/sys/fs/cgroup/docker/buildkit/cpu.weight", "1", "100"))  # v2  # fmt: skip
