@@ -9,6 +9,7 @@ from pathlib import Path
 
 import docker
 
+from torchstack.archive import DEBIAN_KEYRING
 from torchstack.engine import image_exists
 from torchstack.errors import ToolkitError
 from torchstack.plan import Plan
@@ -33,9 +34,11 @@ CMD ["bash"]
 """
 
 
-def ensure_base_image(client: docker.DockerClient, plan: Plan, mirror: str | None, force: bool = False) -> str:
+def ensure_base_image(client: docker.DockerClient, plan: Plan, force: bool = False) -> str:
     """The plan's base OS image: present, pulled (a user's --base-image), or bootstrapped here
-    (the caller has made sure, with prerequisites.require, that this host can)."""
+    (the caller has made sure, with prerequisites.require, that this host can) from the plan's
+    suites, as Debian's own images are: the release, its -updates and -security suites, which its
+    apt sources keep naming."""
     image = plan.base_image
     if not force and image_exists(client, image):
         return image
@@ -55,7 +58,8 @@ def ensure_base_image(client: docker.DockerClient, plan: Plan, mirror: str | Non
             "mmdebstrap", "--variant=minbase", f"--architectures={plan.arch.debian}", "--quiet",
             *(f"--dpkgopt={option}" for option in SLIM_DPKG_OPTIONS),
             *(f"--aptopt={option}" for option in SLIM_APT_OPTIONS),
-            distribution.name, str(rootfs), mirror or distribution.mirror,
+            *(f"--keyring={k}" for k in ((DEBIAN_KEYRING, plan.apt.keyring) if plan.apt.keyring else ())),
+            distribution.name, str(rootfs), *(suite.line for suite in plan.apt.suites),
         ]  # fmt: skip
         # A fixed SOURCE_DATE_EPOCH makes the tarball reproducible for the same package versions.
         env = {**os.environ, "SOURCE_DATE_EPOCH": os.environ.get("SOURCE_DATE_EPOCH", "1704067200")}
@@ -66,7 +70,8 @@ def ensure_base_image(client: docker.DockerClient, plan: Plan, mirror: str | Non
         (Path(work) / "Dockerfile").write_text(DOCKERFILE)
         labels = {
             "org.opencontainers.image.title": f"Debian {distribution.name} minbase ({plan.arch.debian})",
-            "org.opencontainers.image.source": mirror or distribution.mirror,
+            "org.opencontainers.image.source": plan.apt.suites[0].url,
+            "io.torchstack.apt-suites": " ".join(suite.name for suite in plan.apt.suites),
         }
         for chunk in client.api.build(path=work, tag=image, platform=plan.platform, labels=labels, rm=True, decode=True):
             if "error" in chunk:

@@ -13,7 +13,7 @@ from torchstack import __version__, sharing, tags
 from torchstack.connection import choose, connect
 from torchstack.errors import DataError, ToolkitError, UsageProblem
 from torchstack.model import Catalog, load_catalog
-from torchstack.options import build_options, check_json_file, engine_option, plan_options, request_from, writable_folder
+from torchstack.options import archive_options, build_options, check_json_file, engine_option, plan_options, request_from, writable_folder
 from torchstack.plan import Request
 from torchstack.planner import make_plan
 from torchstack.reports import backend_details, format_inspection, format_plan
@@ -206,17 +206,22 @@ def _bootstrap_command(catalog: Catalog) -> click.Command:
     @click.command("bootstrap")
     @click.option("--arch", help="Architecture (default: this host's).")
     @click.option("--distribution", default=catalog.default_distribution, show_default=True)
-    @click.option("--debian-mirror", help="Debian archive URL (default: the distribution's).")
+    @archive_options
     @click.option("--force", is_flag=True, help="Make it again even if the image exists.")
     @engine_option
-    def bootstrap_command(arch: str | None, distribution: str, debian_mirror: str | None, force: bool, engine: str) -> None:
+    def bootstrap_command(arch: str | None, distribution: str, force: bool, engine: str, **archive) -> None:
         """Create the Debian base image from the Debian archive with mmdebstrap (no registry needed)."""
-        from torchstack import bootstrap, prerequisites
+        from torchstack import archive as apt, bootstrap, prerequisites
 
-        plan = make_plan(catalog, Request(build_type="base", arch=arch, distribution=distribution))
+        plan = make_plan(catalog, Request(
+            build_type="base", arch=arch, distribution=distribution, debian_mirror=archive["debian_mirror"],
+            security_mirror=archive["security_mirror"], security_updates=not archive["no_security_updates"],
+            archive_keyring=archive["archive_keyring"],
+        ))  # fmt: skip
         prerequisites.require(plan, bootstrap=True)
+        apt.require_suites(plan.apt)
         client, _ = connect(choose(engine))
-        image = bootstrap.ensure_base_image(client, plan, debian_mirror, force=force)
+        image = bootstrap.ensure_base_image(client, plan, force=force)
         click.echo(image)
 
     return bootstrap_command

@@ -31,6 +31,8 @@ def tag_variants(catalog: Catalog, selection: Selection, request: Request) -> tu
         variants.append(selection.distribution.name)
     if selection.runtime != RUNTIMES[0]:
         variants.append(selection.runtime)
+    if not request.security_updates:
+        variants.append("no-security-updates")
     variants += [f"{name}.{method}" for name, method in selection.methods.items() if method != "source"]
     variants += [
         f"{name}-{tags.tag_safe(version)}"
@@ -93,6 +95,8 @@ def build_info(plan: Plan) -> dict:
         # --requirements: the file's hash, and what pip resolved it to around the stack's pins
         "requirements": plan.requirements.record() if plan.requirements else None,
         "toolkit": toolkit_revision(),
+        # The Debian suites its packages come from (sources.list lines); the release alone with --no-security-updates.
+        "apt_sources": [suite.line for suite in plan.apt.suites],
         # Known wrong in a prebuilt torch: the build warns, and the checks expect exactly that.
         "torch_defects": torch_defects(plan),
     }
@@ -101,6 +105,9 @@ def build_info(plan: Plan) -> dict:
 def _component(c) -> dict:
     """A component as the build-info records it; one compiled here names its source and patches."""
     found = {"method": c.method, "version": c.version, "prefix": c.prefix}
+    if c.method == "distro":
+        # Whatever version of these Debian's suites hold: the release image records it as installed.
+        found.update(version=None, packages=list(c.runtime_packages))
     if c.method == "source" and c.source is not None:
         found["source"] = {"url": c.source.url, "sha256": c.source.sha256, "sha256_from": c.source.sha256_from}
         found["patches"] = applied_patches(c.name)
@@ -165,6 +172,8 @@ def stage_labels(plan: Plan, stage: StagePlan) -> dict[str, str]:
         "io.torchstack.torch.version": plan.torch_version,
         "io.torchstack.runtime": plan.runtime,
         "io.torchstack.plugins": " ".join(p.requirement for p in plan.plugins),
+        "io.torchstack.security-updates": "yes: " + " ".join(s.name for s in plan.apt.suites[1:]) if plan.apt.updates
+        else "no (--no-security-updates)",
         "io.torchstack.build-info": json.dumps(info, sort_keys=True),
     }  # fmt: skip
 

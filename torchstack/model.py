@@ -88,7 +88,8 @@ class Architecture(Frozen):
 
 class Distribution(Frozen):
     name: str
-    mirror: str
+    mirror: str  # the release and its -updates suite
+    security_mirror: str  # its -security suite
     python: str
     gcc: str
     glibc: str  # what manylinux wheels the image runs (pip's --platform when resolving for it)

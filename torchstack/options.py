@@ -34,6 +34,24 @@ engine_option = click.option(
     "Default: $TORCHSTACK_ENGINE.")
 
 
+def archive_options(func):
+    """Where the Debian suites come from: Debian's archive, or a site's mirrors and key."""
+    @click.option("--debian-mirror", metavar="URL",
+                  help="Debian archive (a mirror) serving the release and its -updates suite (default: the distribution's).")
+    @click.option("--security-mirror", metavar="URL",
+                  help="Where the -security suite is, where a site mirrors it apart (default: Debian's security archive).")
+    @click.option("--no-security-updates", "no_security_updates", is_flag=True,
+                  help="Build from the release suite alone, without its -updates and -security suites and without the "
+                  "release gate; the tag and labels say so.")
+    @click.option("--archive-keyring", type=click.Path(exists=True, dir_okay=False, path_type=Path), metavar="FILE",
+                  help="An OpenPGP key (.gpg or .asc) that signs the mirrors besides Debian's keys; the images trust it.")
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
 def plan_options(catalog: Catalog):
     """The options that describe a build, shared by build, plan, render and fetch."""
     with_alternatives = [c for c in catalog.components.values() if c.alternatives]
@@ -83,7 +101,7 @@ def plan_options(catalog: Catalog):
     def decorate(func):
         for option in reversed(options):
             func = option(func)
-        return func
+        return archive_options(func)
 
     return decorate
 
@@ -134,7 +152,6 @@ def build_options(func):
                   help="Keep BuildKit's compiler cache in this host folder too: loaded before the build, saved "
                   "after it, for CI caches (implies --builder buildx).")
     @click.option("--source-mirror", help="Folder or URL holding the pinned source files (air-gapped hosts).")
-    @click.option("--debian-mirror", help="Debian archive URL for bootstrapping the base image.")
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         return func(*args, **kwargs)
@@ -184,6 +201,10 @@ def request_from(options: dict) -> Request:
         libraries=tuple(dict.fromkeys(n.strip() for text in options.get("libraries") or () for n in text.split(",") if n.strip())),
         plugin_cache=state_dir() / "plugins",
         requirements=options.get("requirements"),
+        debian_mirror=options.get("debian_mirror"),
+        security_mirror=options.get("security_mirror"),
+        security_updates=not options.get("no_security_updates"),
+        archive_keyring=options.get("archive_keyring"),
     )
 
 

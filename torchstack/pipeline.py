@@ -5,9 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import json
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -15,13 +13,14 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
-from torchstack import bootstrap, checks, connection, engine, layout, prerequisites, publish, requirements, sbom, sharing, signing, sources
+from torchstack import archive, bootstrap, checks, connection, engine, layout, prerequisites, publish, requirements, sharing, signing, sources
 from torchstack.errors import ChecksFailed, ToolkitError, UsageProblem
 from torchstack.model import Catalog
 from torchstack.metadata import stage_labels, torch_defects
 from torchstack.plan import RELEASE_STAGE, Plan, Request, StagePlan
 from torchstack.planner import make_plan
 from torchstack.progress import BuildView, StageReport, summary_table, write_json
+from torchstack.release import add_records, gate, probe, refresh
 from torchstack.render import BuildSecrets, assemble_context
 from torchstack.wheels import download_from_index, download_wheel, pip_conf_text
 
@@ -99,41 +98,6 @@ def _run_scope(client, options: dict, contexts: Path) -> Iterator[BuildSecrets]:
         sharing.remove_containers(client)
 
 
-def _probe(client, plan: Plan, image: str) -> dict:
-    """What the checked image finds at run time on this machine (scripts/probe.py): KleidiAI in
-    torch, NNPA through libzdnn. {} when the plan names no probe."""
-    if not plan.probe_args:
-        return {}
-    out = client.containers.run(image, list(plan.probe_args), entrypoint=["python3", f"{layout.TOOLKIT_DIR}/probe.py", "--json"],
-                                remove=True, platform=plan.platform, network_mode="none", labels=sharing.labels())  # fmt: skip
-    return json.loads(out.decode().strip().splitlines()[-1])
-
-
-def _add_sbom(client, plan: Plan, image: str, context: Path, log_path: Path, view: BuildView) -> tuple[str, Path]:
-    """The final stage's image with its SBOM (sbom.SBOM) as one more layer: the release image's ID
-    (untagged until its checks pass), and the SBOM's copy next to the build log. The SBOM of an
-    image ID is made once; the layer comes from the engine's cache when nothing changed."""
-    found = client.images.get(image)
-    cached = sources.state_dir() / "sbom" / f"{found.id.removeprefix('sha256:')}.cdx.json"
-    if cached.is_file():
-        text = cached.read_text()
-    else:
-        info = json.loads(found.labels[sbom.BUILD_INFO_LABEL])
-        created = datetime.fromisoformat(re.sub(r"(\.\d{6})\d+", r"\1", found.attrs["Created"]).replace("Z", "+00:00"))
-        text = sbom.document(sbom.inventory(client, found.id, plan.platform), info, plan.final_image, created)
-        sbom.write(text, cached)
-    described = sbom.summary(text)
-    context.mkdir(parents=True, exist_ok=True)
-    (context / "sbom.cdx.json").write_text(text)
-    (context / "Dockerfile").write_text(f"FROM {found.id}\nCOPY sbom.cdx.json {sbom.SBOM}\n")
-    result = engine.build_image(client, context, None, plan.platform, {}, False, lambda line: None,
-                                engine.BuildProgress(), "sbom", log_path)  # fmt: skip
-    path = sbom.write(text, log_path.with_suffix(".sbom.cdx.json"))
-    view.note(f"torchstack: SBOM ({described['format']}: {described['python_packages']} Python packages, "
-              f"{described['debian_packages']} Debian packages) at {sbom.SBOM} in the image, and {path}")  # fmt: skip
-    return result.image_id, path
-
-
 def _pull_cache(client, plan: Plan, registry: str, name: str, note) -> str | None:
     """`name` as the --cache-from registry holds it, pulled; None (and one warning line) when the
     pull fails, and the stage builds here."""
@@ -185,7 +149,7 @@ def _base_image(client, plan: Plan, options: dict, view: BuildView) -> str:
         if remote:
             repository, _, tag = plan.base_image.rpartition(":")
             client.images.get(remote).tag(repository, tag)
-    return bootstrap.ensure_base_image(client, plan, options.get("debian_mirror"))
+    return bootstrap.ensure_base_image(client, plan)
 
 
 def _lock(chosen: connection.Engine, name: str, view: BuildView):
@@ -253,42 +217,56 @@ class _Release:
     checks_seconds: float = 0.0
     sbom: Path | None = None
     probes: dict = dataclasses.field(default_factory=dict)
+    upgraded: list[str] = dataclasses.field(default_factory=list)  # what the suites held newer than the final stage
+    security: str = "not checked (no release image)"  # the release gate's answer
 
 
 def _check_and_tag(client, chosen, catalog: Catalog, plan: Plan, options: dict, view: BuildView, contexts: Path,
                    log_path: Path) -> _Release:  # fmt: skip
-    """The top stage's image with its SBOM (the release stage's), checked, then given its tag:
-    never before its checks pass."""
+    """The top stage's image (the release stage's: made current, with its records), checked,
+    then given its tag: never before its checks and the security gate pass."""
     top = plan.stages[-1]
-    checked, sbom_path = top.image, None
+    checked, sbom_path, upgrades = top.image, None, []
     if top.name == RELEASE_STAGE:
-        checked, sbom_path = _add_sbom(client, plan, top.image, contexts / "sbom", log_path, view)
-    release = _Release(image_id=client.images.get(checked).id, checks="not run (--no-test)", sbom=sbom_path)
+        refreshed, upgrades = refresh(client, plan, top.image, contexts / "refresh", log_path, view.note)
+        checked, sbom_path = add_records(client, plan, refreshed, contexts / "sbom", log_path, view.note)
+    done = _Release(image_id=client.images.get(checked).id, checks="not run (--no-test)", sbom=sbom_path,
+                    upgraded=[str(u) for u in upgrades])  # fmt: skip
     if not options.get("no_test"):
         view.note(f"torchstack: checking {top.image}" + (f" with its SBOM ({checked[:19]})" if checked != top.image else ""))
         outcome = checks.run_checks(
             client, chosen, catalog, checked, backend=plan.backend.name, quiet=options.get("quiet", False),
             reuse=not options.get("recheck"),
         )  # fmt: skip
-        release.checks, release.checks_seconds = outcome.summary, outcome.seconds
+        done.checks, done.checks_seconds = outcome.summary, outcome.seconds
         if outcome.reused:
-            release.checks += " (earlier, on this same image ID with the same checks; --recheck runs them again)"
+            done.checks += " (earlier, on this same image ID with the same checks; --recheck runs them again)"
             view.note(f"torchstack: checks passed earlier on this image ID: {outcome.summary}")
         if not outcome.passed:
             which = f": {', '.join(outcome.failed)}" if outcome.failed else ""
             raise ChecksFailed(f"checks of {top.image} failed ({outcome.summary}{which}); the release tag was not applied")
         if top.name == RELEASE_STAGE:
-            release.probes = _probe(client, plan, checked)
-            for answer in release.probes.values():
+            done.probes = probe(client, plan, checked)
+            for answer in done.probes.values():
                 view.note(f"torchstack: on this machine: {answer['says']}")
+    if top.name == RELEASE_STAGE:
+        done.security = gate(client, plan, checked)
+        view.note(f"torchstack: security updates: {done.security}")
     repository, _, tag = plan.top_image.rpartition(":")
     client.images.get(checked).tag(repository, tag)
-    return release
+    return done
 
 
 def _say_first(view: BuildView, plan: Plan, options: dict, chosen, notes: list[str], base_missing: bool) -> None:
     """What the build says before its first step: the engine, what was settled, warnings."""
     view.note(f"torchstack: engine {chosen.describe()}")
+    if not plan.base_is_bootstrapped:
+        view.note(f"torchstack: warning: --base-image {plan.base_image}: its apt sources are its own; no security refresh or gate")
+    elif plan.apt.updates:
+        view.note("torchstack: Debian suites " + ", ".join(f"{s.name} ({s.url})" for s in plan.apt.suites))
+    else:
+        view.note(f"torchstack: warning: --no-security-updates: Debian {plan.distribution.name} as released, without its "
+                  "-updates and -security suites, and no release gate; the tag and labels say so")
     for note in notes:
         view.note(note)
     for why in torch_defects(plan).values():
@@ -317,6 +295,7 @@ def _summary(plan: Plan, chosen, release: _Release, pushed: list, signed: list, 
         "target": plan.target.name,
         "checks": release.checks,
         "checks_seconds": round(release.checks_seconds, 1),
+        "security_updates": {"suites": [s.line for s in plan.apt.suites], "upgraded": release.upgraded, "gate": release.security},
         "plugins": [p.requirement for p in plan.plugins],
         "probes": release.probes,
         "sbom": str(release.sbom) if release.sbom else None,
@@ -347,6 +326,8 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> 
     cleaned = sharing.sweep(client, sources.state_dir() / "contexts")
     base_missing = not engine.image_exists(client, plan.base_image)
     prerequisites.require(plan, bootstrap=base_missing and plan.base_is_bootstrapped)
+    if plan.base_is_bootstrapped:
+        archive.require_suites(plan.apt)
     cpu_notes = prerequisites.require_cpu_for_checks(plan, checks=not options.get("no_test"))
     if options.get("buildx_builder") and not engine.buildx_builder_exists(options["buildx_builder"]):
         raise UsageProblem(f"--buildx-builder {options['buildx_builder']}: no such builder (see `docker buildx ls`)")

@@ -45,6 +45,44 @@ class Request:
     libraries: tuple[str, ...] = ()  # --with: domain libraries (plugins.yaml, library: true)
     plugin_cache: Path | None = None  # where earlier downloads of plugin pins are
     requirements: Path | None = None  # --requirements: a team's packages for the final image
+    debian_mirror: str | None = None  # --debian-mirror: the release and its -updates suite
+    security_mirror: str | None = None  # --security-mirror: the -security suite
+    security_updates: bool = True  # False with --no-security-updates: the release suite alone
+    archive_keyring: Path | None = None  # --archive-keyring: a site's key for its mirrors
+
+
+@dataclass(frozen=True)
+class Suite:
+    """One suite of the Debian archive: where it is, its name, what it holds."""
+
+    url: str
+    name: str  # bookworm, bookworm-updates, bookworm-security
+    kind: str  # release | updates | security
+
+    @property
+    def line(self) -> str:
+        """The suite as a line of apt's sources.list."""
+        return f"deb {self.url} {self.name} main"
+
+
+@dataclass(frozen=True)
+class AptSources:
+    """The suites every stage's apt takes packages from, and the key a site signs its mirrors with."""
+
+    suites: tuple[Suite, ...]
+    keyring: Path | None = None
+
+    @property
+    def security(self) -> tuple[Suite, ...]:
+        return tuple(s for s in self.suites if s.kind == "security")
+
+    @property
+    def updates(self) -> bool:
+        """Whether the build takes the -updates and -security suites (not with --no-security-updates)."""
+        return bool(self.security)
+
+    def sources_list(self) -> str:
+        return "".join(f"{s.line}\n" for s in self.suites)
 
 
 @dataclass(frozen=True)
@@ -169,6 +207,7 @@ class Plan:
     payload: Payload
     plugins: tuple[PluginChoice, ...] = ()  # vendor plugin wheels the final image installs
     requirements: AppRequirements | None = None  # --requirements (resolved when the build starts)
+    apt: AptSources = AptSources(())  # the Debian suites, for the OS image, every stage and the release gate
 
     @property
     def probes(self) -> tuple[str, ...]:

@@ -9,8 +9,8 @@ from datetime import datetime, timezone
 from torchstack import host, tags
 from torchstack.errors import UsageProblem
 from torchstack.metadata import stage_image, tag_variants
-from torchstack.model import Catalog, Stage
-from torchstack.plan import RELEASE_STAGE, AppRequirements, ComponentPlan, Payload, Plan, Request, ShippedLibraries, StagePlan
+from torchstack.model import Catalog, Distribution, Stage
+from torchstack.plan import RELEASE_STAGE, AppRequirements, AptSources, ComponentPlan, Payload, Plan, Request, ShippedLibraries, StagePlan, Suite
 from torchstack.recipes import RecipeInputs, exports_of, pip_requirements, script_inputs
 from torchstack.selection import Selection, select
 
@@ -53,7 +53,9 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
 
     jobs, torch_jobs, jobs_note = _jobs(request.jobs, request.memory_gib or host.memory_gib(), selection.methods)
     components = _component_plans(catalog, selection, {**request.versions, "torch": selection.torch_version}, jobs, torch_jobs)
-    base_image = request.base_image or f"torchstack-os:{selection.distribution.name}-{selection.arch.debian}"
+    # Without -updates and -security (--no-security-updates), another OS image: Debian as released.
+    os_image = f"torchstack-os:{selection.distribution.name}-{selection.arch.debian}{'' if request.security_updates else '-as-released'}"
+    base_image = request.base_image or os_image
     stages = _stage_plans(catalog, selection.stage, components, base_image, f"{repository}-{{stage}}:{release_tag}")
 
     plan = Plan(
@@ -78,6 +80,7 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
         torch_wheel=selection.torch_wheel,
         torch_wheel_file=selection.torch_wheel_file,
         components=components,
+        apt=_apt_sources(selection.distribution, request),
         stages=stages,
         payload=_payload(selection, components),
         plugins=selection.plugins,
@@ -249,3 +252,17 @@ def _stage_plans(
 def env_line(env: dict[str, str]) -> str:
     """KEY=value pairs, shell-quoted, as they appear before a script in a RUN line."""
     return " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+
+
+def _apt_sources(distribution: Distribution, request: Request) -> AptSources:
+    """The suites the build takes: the release, its -updates and -security suites (each from the
+    user's mirror, else Debian's), or the release alone with --no-security-updates."""
+    mirror = (request.debian_mirror or distribution.mirror).rstrip("/")
+    name = distribution.name
+    if not request.security_updates:
+        if request.security_mirror:
+            raise UsageProblem("--security-mirror names the -security suite that --no-security-updates leaves out: give one of them")
+        return AptSources((Suite(mirror, name, "release"),), request.archive_keyring)
+    security = (request.security_mirror or distribution.security_mirror).rstrip("/")
+    suites = (Suite(mirror, name, "release"), Suite(mirror, f"{name}-updates", "updates"), Suite(security, f"{name}-security", "security"))
+    return AptSources(suites, request.archive_keyring)

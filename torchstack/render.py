@@ -95,6 +95,19 @@ def _render(plan: Plan, stage: StagePlan, secrets: BuildSecrets) -> str:
     return text
 
 
+def refresh_context(plan: Plan, image: str, upgrades: list[str], dest: Path) -> None:
+    """The build context of the layer that brings the final stage's `image` up to date with the
+    plan's suites: the apt sources it keeps, the site's key, each upgrade as PACKAGE=VERSION."""
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "sources.list").write_text(plan.apt.sources_list())
+    keyring = None
+    if plan.apt.keyring:
+        keyring = f"torchstack-archive{'.asc' if plan.apt.keyring.read_bytes().lstrip().startswith(b'-----BEGIN') else '.gpg'}"
+        shutil.copyfile(plan.apt.keyring, dest / keyring)
+    template = _environment().get_template("refresh.Dockerfile.j2")
+    (dest / "Dockerfile").write_text(template.render(image=image, upgrades=upgrades, keyring=keyring, uid=layout.USER.uid))
+
+
 def banner(plan: Plan) -> str:
     """What an interactive start of the final image says first (the entry point then lists the
     runtime defaults with their values at that start)."""
@@ -107,6 +120,8 @@ def banner(plan: Plan) -> str:
         f"torchstack {plan.release_tag}",
         f"PyTorch {plan.torch_version} on {plan.backend.name}, built for {plan.target.name} ({plan.arch.name}, {plan.target.flag})",
         compiles,
+        *([] if plan.apt.updates else [f"no security updates (--no-security-updates): Debian {plan.distribution.name} as released, "
+                                      f"without its -updates and -security suites"]),
         f"examples: {layout.EXAMPLES_DIR} (see README.md there; each takes --benchmark)",
     ]
     for p in plan.plugins:

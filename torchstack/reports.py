@@ -71,7 +71,7 @@ def format_inspection(report: dict) -> str:
     ]
     for name, c in info["components"].items():
         how = {"source": "compiled here", "distro": "Debian packages", "wheel": "prebuilt wheel"}[c["method"]]
-        lines.append(f"  {name:<9} {c['version']:<12} {how}")
+        lines.append(f"  {name:<9} {c['version'] or '-':<12} {how}" + (f" ({', '.join(c['debian_packages'])})" if c.get("debian_packages") else ""))
         if c.get("source"):
             lines.append(f"            {c['source']['url']}")
             lines.append(f"            sha256 {c['source']['sha256']} ({c['source']['sha256_from']})")

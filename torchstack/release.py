@@ -1,0 +1,119 @@
+"""The release image made current before its tag: its Debian suites' upgrades, its records read from it, the security gate.
+
+The final stage's image is built once per content and kept by the engine's cache. What the archive
+published since then reaches the release as one more layer on it: the installed packages the
+suites hold newer, at those versions. The same list gives the same layer (so a rebuild that
+changes nothing gives the same image), and nothing compiled runs again. Then the build-info
+and SBOM are written from what the image holds, and no tag is given while the -security suite
+has a newer version of an installed package.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from pathlib import Path
+
+from torchstack import archive, engine, layout, sbom, sharing, sources
+from torchstack.errors import ToolkitError
+from torchstack.plan import Plan
+from torchstack.render import refresh_context
+
+
+class SecurityUpdatesPending(ToolkitError):
+    """The release gate: an installed package has a newer version in the -security suite."""
+
+
+def refresh(client, plan: Plan, image: str, context: Path, log_path: Path, note) -> tuple[str, list[archive.Upgrade]]:
+    """The final stage's `image` with what the plan's suites hold newer (one layer), and those
+    upgrades; `image` itself with --no-security-updates or a --base-image of the user's."""
+    if not plan.apt.updates or not plan.base_is_bootstrapped:
+        return client.images.get(image).id, []
+    found = client.images.get(image)
+    try:
+        upgrades = archive.newer(archive.installed(client, found.id), plan.apt.suites, plan.arch.debian, plan.apt.keyring)
+    except archive.ArchiveUnreachable as exc:
+        raise ToolkitError(f"the Debian suites could not be read to bring the image up to date ({exc}); no tag was applied") from None
+    refresh_context(plan, found.id, [f"{u.package}={u.available}" for u in upgrades], context)
+    result = engine.build_image(client, context, None, plan.platform, {}, False, lambda line: None,
+                                engine.BuildProgress(), "refresh", log_path)  # fmt: skip
+    if upgrades:
+        note(f"torchstack: {archive.describe(upgrades, 'its suites')}: upgraded in the image's last layer"
+             + (" (from the engine's cache)" if result.cached else ""))  # fmt: skip
+    return result.image_id, upgrades
+
+
+def gate(client, plan: Plan, image: str) -> str:
+    """The release gate: no installed package of `image` has a newer version in the plan's
+    -security suite, read now. Refuses (no tag) when one has, or when the suite cannot be read."""
+    if not plan.apt.updates or not plan.base_is_bootstrapped:
+        why = "--no-security-updates" if not plan.apt.updates else "--base-image: its apt sources are its own"
+        return f"not checked ({why})"
+    suites = plan.apt.security
+    try:
+        pending = archive.newer(archive.installed(client, image), suites, plan.arch.debian, plan.apt.keyring)
+    except archive.ArchiveUnreachable as exc:
+        raise ToolkitError(f"security updates not checked: {exc}; the release tag was not applied") from None
+    names = ", ".join(s.name for s in suites)
+    if pending:
+        raise SecurityUpdatesPending(f"{archive.describe(pending, names)}; the release tag was not applied")
+    return f"none pending in {names}"
+
+
+def confirmed(info: dict, found: dict) -> dict:
+    """The build-info with each component's version as the image holds it: Debian's packages by
+    dpkg, Python distributions by the venv's metadata; what was compiled into a prefix keeps the
+    version of its pinned source."""
+    debian = {package: version for package, version, *_ in found["debian"]}
+    python = {re.sub(r"[-_.]+", "-", name).lower(): version for name, version, _ in found["python"]}
+    components = {}
+    for name, component in info["components"].items():
+        component = dict(component)
+        if component["method"] == "distro":
+            component["debian_packages"] = {p: debian.get(p) for p in component.get("packages", ())}
+            component["version"] = next(iter(component["debian_packages"].values()), None)
+        elif name in python:
+            component["version"] = python[name]
+        components[name] = component
+    return {**info, "components": components}
+
+
+def add_records(client, plan: Plan, image: str, context: Path, log_path: Path, note) -> tuple[str, Path]:
+    """`image` with its records as one more layer: the build-info (label and file) with the
+    versions it holds, and its SBOM (sbom.SBOM). The release image's ID, untagged until its checks
+    pass, and the SBOM's copy next to the build log. Made once per image ID; the layer comes from
+    the engine's cache when nothing changed."""
+    found = client.images.get(image)
+    cached = sources.state_dir() / "sbom" / f"{found.id.removeprefix('sha256:')}.json"
+    if cached.is_file():
+        info, text = json.loads(cached.read_text()).values()
+    else:
+        inventory = sbom.inventory(client, found.id, plan.platform)
+        info = confirmed(json.loads(found.labels[sbom.BUILD_INFO_LABEL]), inventory)
+        created = datetime.fromisoformat(re.sub(r"(\.\d{6})\d+", r"\1", found.attrs["Created"]).replace("Z", "+00:00"))
+        text = sbom.document(inventory, info, plan.final_image, created)
+        sbom.write(json.dumps({"info": info, "sbom": text}), cached)
+    described = sbom.summary(text)
+    context.mkdir(parents=True, exist_ok=True)
+    (context / "sbom.cdx.json").write_text(text)
+    (context / "build-info.json").write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
+    (context / "Dockerfile").write_text(
+        f"FROM {found.id}\nCOPY build-info.json {layout.BUILD_INFO}\nCOPY sbom.cdx.json {sbom.SBOM}\n"
+    )
+    result = engine.build_image(client, context, None, plan.platform, {sbom.BUILD_INFO_LABEL: json.dumps(info, sort_keys=True)},
+                                False, lambda line: None, engine.BuildProgress(), "sbom", log_path)  # fmt: skip
+    path = sbom.write(text, log_path.with_suffix(".sbom.cdx.json"))
+    note(f"torchstack: SBOM ({described['format']}: {described['python_packages']} Python packages, "
+         f"{described['debian_packages']} Debian packages) at {sbom.SBOM} in the image, and {path}")  # fmt: skip
+    return result.image_id, path
+
+
+def probe(client, plan: Plan, image: str) -> dict:
+    """What the checked image finds at run time on this machine (scripts/probe.py): KleidiAI in
+    torch, NNPA through libzdnn. {} when the plan names no probe."""
+    if not plan.probe_args:
+        return {}
+    out = client.containers.run(image, list(plan.probe_args), entrypoint=["python3", f"{layout.TOOLKIT_DIR}/probe.py", "--json"],
+                                remove=True, platform=plan.platform, network_mode="none", labels=sharing.labels())  # fmt: skip
+    return json.loads(out.decode().strip().splitlines()[-1])
