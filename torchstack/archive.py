@@ -208,6 +208,16 @@ def image_sources(client: docker.DockerClient, image: str) -> AptSources:
     return AptSources(tuple(dict.fromkeys(suites)))
 
 
+def pending_in(client: docker.DockerClient, image: str, keyring: Path | None = None) -> tuple[list[Upgrade], str]:
+    """Any image's installed packages with a newer version in the -security suites its own apt
+    sources name (`test`), and those suites' names."""
+    security = image_sources(client, image).security
+    if not security:
+        raise ArchiveUnreachable("its apt sources name no -security suite")
+    arch = client.images.get(image).attrs["Architecture"]  # amd64, arm64, s390x: Debian's names too
+    return newer(installed(client, image), security, arch, keyring), ", ".join(s.name for s in security)
+
+
 def _entries(text: str) -> list[tuple[str, list[str]]]:
     """(URL, suites) of each binary source in a sources.list or deb822 .sources text."""
     if re.search(r"^Types:", text, re.MULTILINE):

@@ -301,10 +301,14 @@ def _test_command(catalog: Catalog) -> click.Command:
     @click.option("--stage", help="Stage to check the image as (default: from its labels, else final).")
     @click.option("-k", "select", metavar="EXPR",
                   help="Run only the checks whose names match EXPR (pytest's -k); the pass is not recorded.")
+    @click.option("--archive-keyring", type=click.Path(exists=True, dir_okay=False, path_type=Path), metavar="FILE",
+                  help="The key that signs the image's Debian mirrors, besides Debian's keys.")
     @engine_option
-    def test_command(image: str, backend: str | None, stage: str | None, select: str | None, engine: str) -> None:
-        """Check what is inside IMAGE: any image, ours or not."""
-        from torchstack import checks
+    def test_command(image: str, backend: str | None, stage: str | None, select: str | None, archive_keyring: Path | None,
+                     engine: str) -> None:  # fmt: skip
+        """Check what is inside IMAGE: any image, ours or not. Then ask the -security suites its apt
+        sources name whether an installed package has a fix pending there."""
+        from torchstack import archive, checks
 
         client, chosen = connect(choose(engine))
         # A check run killed outright (SIGKILL) leaves its containers: the next run removes them.
@@ -314,6 +318,14 @@ def _test_command(catalog: Catalog) -> click.Command:
         if not result.passed:
             raise ToolkitError(f"{image}: {result.summary}")
         click.echo(f"{image}: {result.summary} in {result.seconds:.0f} s")
+        try:
+            pending, suites = archive.pending_in(client, image, archive_keyring)
+        except archive.ArchiveUnreachable as exc:
+            click.echo(f"torchstack: {image}: security updates not checked: {exc}", err=True)
+            return
+        if pending:
+            raise ToolkitError(f"{image}: {archive.describe(pending, suites)}")
+        click.echo(f"{image}: no security update pending in {suites}")
 
     return test_command
 

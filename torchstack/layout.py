@@ -17,6 +17,8 @@ WHEELS_DIR = f"{TOOLKIT_DIR}/wheels"  # the torch wheel the dev stage builds or 
 SOURCE_TREES_DIR = f"{TOOLKIT_DIR}/src"  # the dev image's unpacked, patched sources (no build tree)
 EXAMPLES_DIR = f"{TOOLKIT_DIR}/examples"  # the final image's examples (examples/ in the repository)
 BUILD_INFO = f"{TOOLKIT_DIR}/build-info.json"
+# What the release image's last layer upgraded from its Debian suites (PACKAGE=VERSION a line).
+APT_UPGRADES = f"{TOOLKIT_DIR}/apt-upgrades.txt"
 # The final image's pins for the images built on it: every distribution of the venv at its exact
 # version (local label kept: torch==2.13.0+cpu), which the image's installer reads as constraints
 # (PIP_CONSTRAINT, UV_CONSTRAINT), so a child's install adds packages and moves none of these.

@@ -96,7 +96,7 @@ def build_info(plan: Plan) -> dict:
         "requirements": plan.requirements.record() if plan.requirements else None,
         "toolkit": toolkit_revision(),
         # The Debian suites its packages come from (sources.list lines); the release alone with --no-security-updates.
-        "apt_sources": [suite.line for suite in plan.apt.suites],
+        "apt_sources": [suite.line for suite in plan.apt.suites] if plan.base_is_bootstrapped else [],
         # Known wrong in a prebuilt torch: the build warns, and the checks expect exactly that.
         "torch_defects": torch_defects(plan),
     }

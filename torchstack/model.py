@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from datetime import date
 from pathlib import Path
 from typing import Literal
 
@@ -90,6 +91,7 @@ class Distribution(Frozen):
     name: str
     mirror: str  # the release and its -updates suite
     security_mirror: str  # its -security suite
+    released: date  # the newest release is the default where a torch wheel does not decide
     python: str
     gcc: str
     glibc: str  # what manylinux wheels the image runs (pip's --platform when resolving for it)

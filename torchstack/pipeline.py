@@ -260,6 +260,7 @@ def _check_and_tag(client, chosen, catalog: Catalog, plan: Plan, options: dict, 
 def _say_first(view: BuildView, plan: Plan, options: dict, chosen, notes: list[str], base_missing: bool) -> None:
     """What the build says before its first step: the engine, what was settled, warnings."""
     view.note(f"torchstack: engine {chosen.describe()}")
+    view.note(f"torchstack: distribution {plan.distribution_note}")
     if not plan.base_is_bootstrapped:
         view.note(f"torchstack: warning: --base-image {plan.base_image}: its apt sources are its own; no security refresh or gate")
     elif plan.apt.updates:

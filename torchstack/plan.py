@@ -184,6 +184,7 @@ class StagePlan:
 class Plan:
     arch: Architecture
     distribution: Distribution
+    distribution_note: str  # which Debian release, and why (selection.Selection)
     backend: Backend
     target: Target
     target_note: str

@@ -61,6 +61,7 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
     plan = Plan(
         arch=selection.arch,
         distribution=selection.distribution,
+        distribution_note=selection.distribution_note,
         backend=selection.backend,
         target=selection.target,
         target_note=selection.target_note,

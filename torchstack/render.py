@@ -104,8 +104,11 @@ def refresh_context(plan: Plan, image: str, upgrades: list[str], dest: Path) -> 
     if plan.apt.keyring:
         keyring = f"torchstack-archive{'.asc' if plan.apt.keyring.read_bytes().lstrip().startswith(b'-----BEGIN') else '.gpg'}"
         shutil.copyfile(plan.apt.keyring, dest / keyring)
+    (dest / "apt-upgrades.txt").write_text("".join(f"{line}\n" for line in upgrades))
     template = _environment().get_template("refresh.Dockerfile.j2")
-    (dest / "Dockerfile").write_text(template.render(image=image, upgrades=upgrades, keyring=keyring, uid=layout.USER.uid))
+    (dest / "Dockerfile").write_text(
+        template.render(image=image, upgrades=upgrades, keyring=keyring, uid=layout.USER.uid, record=layout.APT_UPGRADES)
+    )
 
 
 def banner(plan: Plan) -> str:

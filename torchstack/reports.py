@@ -14,6 +14,9 @@ def format_plan(plan: Plan) -> str:
         f"architecture  {plan.arch.name} ({plan.platform}){' emulated on this ' + plan.host_arch + ' host' if plan.emulated else ''}",
         f"backend       {plan.backend.name}: {plan.backend.description}",
         f"target        {plan.target.name}: {plan.target.flag}" + (f"  [{plan.target_note}]" if plan.target_note else ""),
+        f"distribution  {plan.distribution_note}",
+        f"apt suites    " + (", ".join(f"{s.name} ({s.url})" for s in plan.apt.suites) if plan.base_is_bootstrapped
+                             else "the --base-image's own") + ("" if plan.apt.updates else "  [--no-security-updates]"),
         f"compiler      CFLAGS={plan.cflags}  (GCC {plan.distribution.gcc}, {plan.distribution.name})",
         f"torch         {plan.torch_version}",
         f"jobs          {plan.jobs} (PyTorch MAX_JOBS {plan.torch_jobs})" + (f"  [{plan.jobs_note}]" if plan.jobs_note else ""),
@@ -26,7 +29,8 @@ def format_plan(plan: Plan) -> str:
     for c in plan.components:
         how = {"source": "compiled from source", "distro": "Debian packages", "wheel": "prebuilt wheel"}[c.method]
         pin = f", sha256 {c.source.sha256[:12]}… ({c.source.sha256_from})" if c.source else ""
-        lines.append(f"  {c.name:<9} {c.version:<10} {how}{pin}")
+        version = "(Debian's)" if c.method == "distro" else c.version
+        lines.append(f"  {c.name:<9} {version:<10} {how}{pin}" + (f": {', '.join(c.runtime_packages)}" if c.method == "distro" else ""))
     for p in plan.plugins:
         found = f"{p.wheel.path.name}, sha256 {p.wheel.sha256[:12]}…" if p.wheel else "downloaded and checked when the build starts"
         lines.append(f"plugin        {p.requirement} ({p.why}; {found})")

@@ -66,12 +66,18 @@ def document(found: dict, info: dict, image_name: str, created: datetime) -> str
     bom.metadata.tools.components.add(
         Component(type=ComponentType.APPLICATION, name="torchstack", version=toolkit.get("revision") or toolkit.get("version", ""))
     )
+    # What was compiled here: its source, sha256 and patches, on the very package that holds it
+    # (numpy, torch: the venv's distribution), else as a package of its own with a generic purl.
+    compiled = {name: c for name, c in info["components"].items() if c["method"] == "source"}
     parts = []
     for name, version, license_expression in found["python"]:
         purl = PackageURL(type="pypi", name=re.sub(r"[-_.]+", "-", name).lower(), version=version)
         properties = [Property(name="torchstack:license-expression", value=license_expression)] if license_expression else []
-        parts.append(Component(type=ComponentType.LIBRARY, name=name, version=version, purl=purl,
-                               bom_ref=f"pypi:{purl.name}@{version}", properties=properties))  # fmt: skip
+        part = Component(type=ComponentType.LIBRARY, name=name, version=version, purl=purl,
+                         bom_ref=f"pypi:{purl.name}@{version}", properties=properties)  # fmt: skip
+        if purl.name in compiled:
+            _compiled_here(part, compiled.pop(purl.name))
+        parts.append(part)
     distro = f"debian-{info['distribution']}"
     for package, version, arch, source in found["debian"]:
         purl = PackageURL(type="deb", namespace="debian", name=package, version=version,
@@ -79,24 +85,29 @@ def document(found: dict, info: dict, image_name: str, created: datetime) -> str
         properties = [Property(name="torchstack:debian-source", value=source)] if source and source != package else []
         parts.append(Component(type=ComponentType.LIBRARY, name=package, version=version, purl=purl,
                                bom_ref=f"deb:{package}@{version}:{arch}", properties=properties))  # fmt: skip
-    for name, component in info["components"].items():
-        if component["method"] != "source":
-            continue  # a wheel or a Debian package is listed above, as the image holds it
-        source = component["source"]
-        digest = HashType(alg=HashAlgorithm.SHA_256, content=source["sha256"])
-        parts.append(Component(
-            type=ComponentType.LIBRARY, name=name, version=component["version"], bom_ref=f"compiled:{name}",
-            description=f"compiled from source here, installed in {component['prefix'] or VENV}",
-            hashes=[digest],
-            external_references=[ExternalReference(type=ExternalReferenceType.DISTRIBUTION, url=XsUri(source["url"]),
-                                                   hashes=[digest], comment=f"sha256 from {source['sha256_from']}")],
-            properties=[Property(name="torchstack:patch", value=f"{p['name']} sha256:{p['sha256']}") for p in component["patches"]],
-        ))  # fmt: skip
+    for name, component in compiled.items():
+        purl = PackageURL(type="generic", name=name, version=component["version"], qualifiers={"download_url": component["source"]["url"]})
+        part = Component(type=ComponentType.LIBRARY, name=name, version=component["version"], purl=purl, bom_ref=f"compiled:{name}")
+        parts.append(_compiled_here(part, component))
     for part in parts:
         bom.components.add(part)
     bom.register_dependency(release, parts)
     bom.serial_number = uuid.uuid5(uuid.NAMESPACE_URL, "torchstack:" + json.dumps([found, info, image_name], sort_keys=True))
     return JsonV1Dot6(bom).output_as_string(indent=1)
+
+
+def _compiled_here(part: Component, component: dict) -> Component:
+    """`part` with where it was compiled from: the source's URL and sha256, the patches applied."""
+    source = component["source"]
+    digest = HashType(alg=HashAlgorithm.SHA_256, content=source["sha256"])
+    part.description = f"compiled from source here, installed in {component['prefix'] or VENV}"
+    part.hashes.add(digest)
+    part.external_references.add(ExternalReference(type=ExternalReferenceType.DISTRIBUTION, url=XsUri(source["url"]),
+                                                   hashes=[digest], comment=f"sha256 from {source['sha256_from']}"))  # fmt: skip
+    for p in component["patches"]:
+        part.properties.add(Property(name="torchstack:patch", value=f"{p['name']} sha256:{p['sha256']}"))
+    part.properties.add(Property(name="torchstack:compiled-here", value="true"))
+    return part
 
 
 def summary(text: str) -> dict:
@@ -105,7 +116,7 @@ def summary(text: str) -> dict:
     components = bom.get("components", [])
     python = {c["name"].lower(): c["version"] for c in components if c.get("purl", "").startswith("pkg:pypi/")}
     debian = [c for c in components if c.get("purl", "").startswith("pkg:deb/")]
-    compiled = [c["name"] for c in components if c.get("bom-ref", "").startswith("compiled:")]
+    compiled = [c["name"] for c in components if {"name": "torchstack:compiled-here", "value": "true"} in c.get("properties", [])]
     return {
         "format": f"{bom.get('bomFormat')} {bom.get('specVersion')}",
         "serial_number": bom.get("serialNumber"),

@@ -11,7 +11,7 @@ from torchstack.errors import UsageProblem
 from torchstack.model import Architecture, Backend, Catalog, Distribution, Target, _read_yaml, parse_target
 from torchstack.plan import Request
 from torchstack.plugins import PluginChoice, choose
-from torchstack.wheels import WheelName, WheelSpec, check_contents, pick_from_folder, torch_version_of
+from torchstack.wheels import WheelName, WheelSpec, check_contents, pick_from_folder, torch_version_of, wheelhouse_wheels
 
 BUILD_TYPES = ("base", "libs", "tools", "dev", "final", "full", "pytorch")
 BUILD_TYPE_ALIASES = {"full": "final", "pytorch": "final"}
@@ -31,6 +31,7 @@ class Selection:
     target: Target
     target_note: str
     distribution: Distribution
+    distribution_note: str  # which Debian release, and why
     methods: dict[str, str]  # component -> source | distro | wheel, in the backend's order
     stage: str  # the stage to build up to
     builder: str
@@ -139,11 +140,8 @@ def select(catalog: Catalog, request: Request, host_arch: str) -> Selection:
             f"backends for {arch_name}: {', '.join(valid)}"
         )
     target, target_note = _resolve_target(catalog, request, arch_name, host_arch)
-    distribution_name = request.distribution or catalog.default_distribution
-    if distribution_name not in catalog.distributions:
-        raise _fail_choice("--distribution", distribution_name, sorted(catalog.distributions))
-    distribution = catalog.distributions[distribution_name]
     methods = default_methods(catalog, backend, request.methods)
+    distribution, distribution_note = _resolve_distribution(catalog, request, arch_name, methods)
     problem = refusal(catalog, backend, arch_name, target, distribution, methods)
     if problem:
         raise UsageProblem(problem)
@@ -164,6 +162,7 @@ def select(catalog: Catalog, request: Request, host_arch: str) -> Selection:
         target=target,
         target_note="; ".join(n for n in (target_note, f"architecture {arch_name} from {arch_why}") if n),
         distribution=distribution,
+        distribution_note=distribution_note,
         methods=methods,
         stage=stage,
         builder=request.builder,
@@ -240,6 +239,45 @@ def _resolve_target(catalog: Catalog, request: Request, arch: str, host_arch: st
         raise _fail_choice("--build-target", name, sorted(set(catalog.target_names())) + ["native", "custom"])
     note = f"{name} is an alias of {target.name}" if name != target.name else ""
     return target, note
+
+
+def _resolve_distribution(catalog: Catalog, request: Request, arch: str, methods: dict[str, str]) -> tuple[Distribution, str]:
+    """The --distribution given; else, for a torch wheel whose name is known (a file, a folder's
+    wheels, a URL), the newest Debian release whose Python it is built for; else the newest release."""
+    if request.distribution:
+        if request.distribution not in catalog.distributions:
+            raise _fail_choice("--distribution", request.distribution, sorted(catalog.distributions))
+        chosen = catalog.distributions[request.distribution]
+        return chosen, f"{chosen.name} (Python {chosen.python}): --distribution"
+    newest = sorted(catalog.distributions.values(), key=lambda d: d.released, reverse=True)
+    default = catalog.distributions[catalog.default_distribution]
+    names = _wheel_names(request) if methods.get("torch") == "wheel" else None
+    if names is None:
+        why = "a wheel of its Python from the index" if methods.get("torch") == "wheel" else "torch compiled here"
+        return default, f"{default.name} (Python {default.python}): the default Debian release ({why})"
+    for distribution in newest:
+        fitting = [n for n in names if n.fits(arch, distribution.python)
+                   and (request.torch_version is None or n.version.split("+")[0] == request.torch_version.split("+")[0])]  # fmt: skip
+        if fitting:
+            newer = [f"{d.name} has Python {d.python}" for d in newest[: newest.index(distribution)]]
+            return distribution, (f"{distribution.name} (Python {distribution.python}): the newest Debian release whose "
+                                  f"Python the torch wheel is for ({fitting[0].python}" + "".join(f"; {n}" for n in newer) + ")")  # fmt: skip
+    return default, f"{default.name} (Python {default.python}): the default Debian release"
+
+
+def _wheel_names(request: Request) -> list[WheelName] | None:
+    """The names of the torch wheels --torch-wheel offers, where they are known before a download:
+    for an index, those of the local wheelhouse pip takes first, if it has any."""
+    spec = WheelSpec.parse(request.torch_wheel)
+    if spec.kind == "index":
+        return list(wheelhouse_wheels()) or None
+    if spec.kind == "file":
+        return [WheelName.parse(Path(spec.where).name)]
+    if spec.kind == "url":
+        return [WheelName.parse(spec.where.rsplit("/", 1)[-1].split("#")[0])]
+    if spec.kind == "dir":
+        return [WheelName.parse(p.name) for p in Path(spec.where).glob("torch-*.whl")]
+    return None
 
 
 def _torch_origin(

@@ -75,6 +75,20 @@ class WheelName:
         return self.platform.endswith(f"_{arch}") and self.python == "cp" + python.replace(".", "")
 
 
+@functools.lru_cache(maxsize=1)
+def wheelhouse_wheels() -> tuple[WheelName, ...]:
+    """The torch wheels in the local folders pip's find-links names (PIP_FIND_LINKS, pip's
+    configuration): what pip takes first, offline, for a wheel from the index."""
+    result = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
+    folders = [
+        Path(value.removeprefix("file://"))
+        for line in result.stdout.splitlines() if line.split("=", 1)[0].endswith(".find-links")
+        for value in line.split("=", 1)[1].strip("'\"").split()
+    ]  # fmt: skip
+    found = {p.name for folder in folders if folder.is_dir() for p in folder.glob("torch-*.whl")}
+    return tuple(WheelName.parse(name) for name in sorted(found))
+
+
 def pick_from_folder(folder: Path, arch: str, python: str, version: str | None) -> Path:
     """The newest torch wheel in `folder` for this architecture and Python (and version, if given)."""
     candidates = []

@@ -30,7 +30,7 @@ def test_plan_prints_stages_images_tags_and_flags(cli):
     assert code == 0, out
     assert "release tag   r26.11-torch-2.13.0-onednn-acl-neoverse-v1" in out
     assert "target        neoverse-v1: -mcpu=neoverse-v1" in out
-    assert "torchstack-libs:bookworm-aarch64-neoverse-v1-openblas-0.3.33-acl-" in out
+    assert "torchstack-libs:trixie-aarch64-neoverse-v1-openblas-0.3.33-acl-" in out
     assert "OPENBLAS_MAKE_FLAGS='TARGET=NEOVERSEV1" in out and "arch=armv8.2-a" in out
 
 

@@ -202,8 +202,8 @@ def test_another_pinned_version_is_built_and_named_in_the_tag(plan_for):
         ({"backend": "nope"}, "unknown --backend 'nope'; valid: onednn, onednn-acl, openblas, zdnn"),
         ({"build_target": "zen9"}, "unknown --build-target 'zen9'; valid:"),
         ({"arch": "x86_64", "build_target": "neoverse-v1"}, "--build-target neoverse-v1 is for aarch64, not x86_64"),
-        ({"backend": "zdnn", "build_target": "z17"}, "needs GCC 15.1 or newer; bookworm has GCC 12.2"),
-        ({"backend": "onednn-acl", "build_target": "neoverse-v2"}, "needs GCC 12.3 or newer"),
+        ({"backend": "zdnn", "build_target": "z17"}, "needs GCC 15.1 or newer; trixie has GCC 14.2"),
+        ({"backend": "onednn-acl", "build_target": "neoverse-v2", "distribution": "bookworm"}, "needs GCC 12.3 or newer"),
         ({"versions": {"openblas": "0.1"}}, "openblas 0.1 has no pinned, checksummed source"),
         ({"torch_version": "2.99.0"}, "torch 2.99.0 has no pinned, checksummed source"),
         ({"methods": {"torch": "wheel"}, "backend": "openblas"}, "backend openblas needs torch built from source"),
@@ -219,7 +219,7 @@ def test_impossible_requests_say_what_is_wrong_and_what_is_valid(plan_for, field
 
 def test_neoverse_v2_builds_on_a_distribution_with_a_new_enough_gcc(plan_for):
     plan = plan_for(backend="onednn-acl", build_target="neoverse-v2", distribution="trixie")
-    assert plan.release_tag == "r26.11-torch-2.13.0-onednn-acl-neoverse-v2-trixie"
+    assert plan.release_tag == "r26.11-torch-2.13.0-onednn-acl-neoverse-v2"  # trixie is the default: not in the tag
     assert plan.base_image == "torchstack-os:trixie-arm64"
 
 
@@ -263,8 +263,8 @@ def test_a_stage_image_is_labelled_only_with_what_it_depends_on(plan_for):
 def test_the_full_runtime_ships_what_torch_compile_needs_and_slim_does_not(plan_for):
     full = plan_for(backend="onednn", release="r26.11")
     slim = plan_for(backend="onednn", release="r26.11", runtime="slim")
-    assert {"g++", "libpython3.11-dev", "openssl"} <= set(full.payload.packages)
-    assert not {"g++", "libpython3.11-dev", "openssl"} & set(slim.payload.packages)
+    assert {"g++", "libpython3.13-dev", "openssl"} <= set(full.payload.packages)
+    assert not {"g++", "libpython3.13-dev", "openssl"} & set(slim.payload.packages)
     assert "libtcmalloc-minimal4" in slim.payload.packages  # the allocator is installed (opt-in) either way
     # Inductor trusts the CPU's report for its vector ISA where it can compile; a slim image sets nothing for it.
     assert full.payload.env == {"TORCHINDUCTOR_VEC_ISA_OK": "1"} and slim.payload.env == {}
@@ -328,3 +328,21 @@ def test_acl_is_the_version_torch_is_built_with_upstream_and_no_other(plan_for, 
     assert component.paired_with("2.16.0") is None
     # A prebuilt torch wheel brings its own ACL: nothing is compiled, nothing to pair.
     assert plan_for(backend="onednn-acl", methods={"torch": "wheel"}, torch_wheel="index").component("acl") is None
+
+
+def test_a_build_takes_the_security_and_updates_suites_unless_asked_by_name(plan_for):
+    plan = plan_for(backend="onednn", release="r26.11")
+    assert plan.apt.sources_list() == (
+        "deb http://deb.debian.org/debian trixie main\n"
+        "deb http://deb.debian.org/debian trixie-updates main\n"
+        "deb http://deb.debian.org/debian-security trixie-security main\n"
+    )
+    site = plan_for(backend="onednn", debian_mirror="http://mirror.example/debian/", security_mirror="http://mirror.example/security")
+    assert [s.url for s in site.apt.suites] == ["http://mirror.example/debian"] * 2 + ["http://mirror.example/security"]
+    bare = plan_for(backend="onednn", release="r26.11", security_updates=False)
+    assert [s.name for s in bare.apt.suites] == ["trixie"] and not bare.apt.updates
+    # Another image: its tag, its OS image (Debian as released), so no stage of it is taken for one with the fixes.
+    assert bare.release_tag == "r26.11-torch-2.13.0-onednn-no-security-updates"
+    assert bare.base_image == "torchstack-os:trixie-amd64-as-released" != plan.base_image
+    with pytest.raises(UsageProblem, match="--security-mirror names the -security suite that --no-security-updates leaves out"):
+        plan_for(backend="onednn", security_updates=False, security_mirror="http://mirror.example/security")

@@ -64,7 +64,7 @@ def test_a_plugin_for_another_platform_or_named_twice_is_refused(plan_for, plugi
     arm = tmp_path / "torchstack_test_compile-0.1.0-cp311-cp311-manylinux_2_28_aarch64.whl"
     shutil.copy2(plugin_wheels["compile_backend"], arm)
     with pytest.raises(UsageProblem, match="not for x86_64 with Python 3.11"):
-        plan_for(arch="x86_64", plugin_wheels=(str(arm),))
+        plan_for(arch="x86_64", distribution="bookworm", plugin_wheels=(str(arm),))
     twice = (str(plugin_wheels["compile_backend"]), str(plugin_wheels["compile_backend"]))
     with pytest.raises(UsageProblem, match="named twice"):
         plan_for(plugin_wheels=twice)
@@ -136,7 +136,7 @@ def test_a_wheel_built_against_a_cuda_torch_is_refused_in_one_line_before_any_bu
     """Its Requires-Dist (torch==2.13.0) admits the image's 2.13.0+cpu; what gives it away is what its
     compiled module needs, as PyPI's torchvision 0.28.0 needs libtorch_cuda.so."""
     wheel = _wheel_built_against(tmp_path, ["torch_cpu", "torch_cuda", "c10_cuda"])
-    result = run_cli("--dry-run", "--plugin-wheel", str(wheel))
+    result = run_cli("--dry-run", "--distribution", "bookworm", "--plugin-wheel", str(wheel))
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.count("\n") == 1, result.stderr
     assert "fakevision 0.1.0 is built against a CUDA torch (its compiled modules need libc10_cuda.so, libtorch_cuda.so)" in result.stderr
@@ -146,7 +146,7 @@ def test_a_wheel_built_against_a_cuda_torch_is_refused_in_one_line_before_any_bu
 def test_a_wheel_built_against_a_cpu_torch_fits(catalog, plan_for, tmp_path):
     wheel = _wheel_built_against(tmp_path, ["torch_cpu", "c10"])
     assert {"libtorch_cpu.so", "libc10.so"} <= set(read_wheel(wheel, catalog, "x86_64", "3.11").needs)
-    assert [p.requirement for p in plan_for(plugin_wheels=(str(wheel),)).plugins] == ["fakevision==0.1.0"]
+    assert [p.requirement for p in plan_for(distribution="bookworm", plugin_wheels=(str(wheel),)).plugins] == ["fakevision==0.1.0"]
 
 
 def test_with_torchvision_takes_the_version_paired_with_the_images_torch(plan_for):

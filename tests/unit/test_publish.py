@@ -35,7 +35,7 @@ def test_push_stages_sends_each_stage_then_the_release_once(plan_for):
     sent = [remote for _, remote in wanted(plan, "localhost:5000/ml", push_stages=True, checked=True)]
     # The OS image the stages are built on goes first: another host's --cache-from needs that very image.
     stages = [f"localhost:5000/ml/{plan.stage(s).image}" for s in ("base", "libs", "tools", "dev")]
-    assert sent == ["localhost:5000/ml/torchstack-os:bookworm-arm64", *stages, f"localhost:5000/ml/torchstack:{TAG}"]
+    assert sent == ["localhost:5000/ml/torchstack-os:trixie-arm64", *stages, f"localhost:5000/ml/torchstack:{TAG}"]
 
 
 def test_a_build_that_stops_early_pushes_its_top_stage(plan_for):

@@ -33,7 +33,7 @@ def test_every_package_has_its_purl_and_the_release_is_the_subject(plan_for):
     bom = json.loads(make(plan))
     purls = {c["name"]: c.get("purl") for c in bom["components"]}
     assert purls["torch"] == "pkg:pypi/torch@2.13.0" and purls["typing_extensions"] == "pkg:pypi/typing-extensions@4.15.0"
-    assert purls["zlib1g"] == "pkg:deb/debian/zlib1g@1:1.2.13.dfsg-1?arch=amd64&distro=debian-bookworm"
+    assert purls["zlib1g"] == "pkg:deb/debian/zlib1g@1:1.2.13.dfsg-1?arch=amd64&distro=debian-trixie"
     assert bom["metadata"]["component"]["version"] == plan.release_tag
     assert bom["metadata"]["timestamp"].startswith("2026-11-22T12:00:00")
 
@@ -60,3 +60,14 @@ def test_the_summary_counts_what_users_ask_about(plan_for):
     assert described["format"] == "CycloneDX 1.6" and described["python_packages"] == 3
     assert described["debian_packages"] == 3 and described["key_versions"] == {"torch": "2.13.0", "numpy": "2.3.5"}
     assert "openblas" in described["compiled_here"]
+
+
+def test_each_package_appears_once_with_its_purl_a_compiled_one_with_its_source(plan_for):
+    """numpy compiled here is the venv's numpy: one component, its pypi purl, its source on it."""
+    plan = plan_for(backend="onednn", arch="x86_64", release="r26.11")
+    components = json.loads(make(plan))["components"]
+    names = [c["name"].lower() for c in components]
+    assert len(names) == len(set(names)) and all(c.get("purl") for c in components)
+    numpy = next(c for c in components if c["name"] == "numpy")
+    assert numpy["purl"] == "pkg:pypi/numpy@2.3.5"
+    assert numpy["externalReferences"][0]["url"] == plan.component("numpy").source.url

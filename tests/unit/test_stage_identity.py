@@ -41,7 +41,7 @@ def test_a_stage_and_every_stage_built_from_it_change_with_what_goes_in(plan_for
     assert images(generic)["base"] == images(v3)["base"]
     for stage in ("libs", "tools", "dev"):
         assert images(generic)[stage] != images(v3)[stage], stage
-    assert v3.stage("libs").image.startswith("torchstack-libs:bookworm-x86_64-x86-64-v3-openblas-0.3.33-")
+    assert v3.stage("libs").image.startswith("torchstack-libs:trixie-x86_64-x86-64-v3-openblas-0.3.33-")
 
 
 def test_another_component_version_renames_its_stage_and_those_after_it(plan_for):

@@ -33,7 +33,8 @@ def wheelhouse(tmp_path):
 def test_an_aarch64_cpu_wheel_with_acl_is_onednn_acl(plan_for, wheelhouse):
     plan = plan_for(backend="onednn-acl", methods={"torch": "wheel"}, torch_wheel=str(wheelhouse), torch_version="2.8.0")
     assert plan.torch_version == "2.8.0+cpu"
-    assert plan.release_tag == "r26.11-torch-2.8.0-onednn-acl-torch.wheel"
+    # A cp311 wheel: bookworm, the newest Debian release with its Python, named in the tag.
+    assert plan.distribution.name == "bookworm" and plan.release_tag == "r26.11-torch-2.8.0-onednn-acl-bookworm-torch.wheel"
     assert plan.component("torch").env == {"WHEEL": "/opt/torchstack/wheels/torch-2.8.0-cp311-cp311-manylinux_2_28_aarch64.whl"}
 
 
@@ -50,14 +51,14 @@ def test_an_x86_wheel_without_onednn_is_refused(plan_for, tmp_path):
 
 def test_a_wheel_for_another_architecture_or_python_is_refused(plan_for, wheelhouse):
     wheel = wheelhouse / "torch-2.8.0-cp311-cp311-manylinux_2_28_aarch64.whl"
-    with pytest.raises(UsageProblem, match="is not for x86_64 with Python 3.11"):
+    with pytest.raises(UsageProblem, match="is not for x86_64 with Python 3.13"):
         plan_for(methods={"torch": "wheel"}, torch_wheel=str(wheel))
     with pytest.raises(UsageProblem, match="no torch 2.13.0 for cp313 x86_64"):
         plan_for(methods={"torch": "wheel"}, torch_wheel=str(wheelhouse), torch_version="2.13.0", distribution="trixie")
 
 
 def test_a_version_the_folder_does_not_hold(plan_for, wheelhouse):
-    with pytest.raises(UsageProblem, match="no torch 2.99.0 for cp311 x86_64"):
+    with pytest.raises(UsageProblem, match="no torch 2.99.0 for cp313 x86_64"):
         plan_for(methods={"torch": "wheel"}, torch_wheel=str(wheelhouse), torch_version="2.99.0")
 
 
@@ -91,3 +92,20 @@ def test_a_wheel_whose_complex_dot_is_wrong_is_found_from_its_own_library(tmp_pa
     assert (found is not None) == wrong, found
     if wrong:
         assert "torch.dot and torch.vdot of complex tensors are wrong" in found and "libopenblasp-r0-121ca252.3.30.so" in found
+
+
+def test_without_distribution_a_wheel_takes_the_newest_debian_with_its_python_and_says_why(plan_for, tmp_path):
+    cp311 = make_wheel(tmp_path, "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
+                       {"torch/version.py": "__version__ = '2.13.0+cpu'\n", "torch/include/dnnl.h": ""})  # fmt: skip
+    plan = plan_for(methods={"torch": "wheel"}, torch_wheel=str(cp311))
+    assert plan.distribution.name == "bookworm"
+    assert plan.distribution_note == ("bookworm (Python 3.11): the newest Debian release whose Python the torch wheel is "
+                                      "for (cp311; trixie has Python 3.13)")  # fmt: skip
+    cp313 = make_wheel(tmp_path, "torch-2.13.0+cpu-cp313-cp313-manylinux_2_28_x86_64.whl",
+                       {"torch/version.py": "__version__ = '2.13.0+cpu'\n", "torch/include/dnnl.h": ""})  # fmt: skip
+    assert plan_for(methods={"torch": "wheel"}, torch_wheel=str(tmp_path)).distribution.name == "trixie"
+    assert plan_for(methods={"torch": "wheel"}, torch_wheel=str(cp313)).distribution_note.startswith("trixie (Python 3.13)")
+    # Source builds take the newest release too.
+    assert plan_for().distribution.name == "trixie"
+    with pytest.raises(UsageProblem, match=r"torch-2.13.0\+cpu-cp311-.* is not for x86_64 with Python 3.13 \(trixie\)"):
+        plan_for(methods={"torch": "wheel"}, torch_wheel=str(cp311), distribution="trixie")

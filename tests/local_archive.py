@@ -1,0 +1,96 @@
+"""A real Debian archive that a test makes and serves on loopback: signed with a key of its own,
+as a site's mirror is (aptly, reprepro), never trusted without a signature."""
+
+from __future__ import annotations
+
+import email.utils
+import functools
+import hashlib
+import http.server
+import lzma
+import shutil
+import subprocess
+import threading
+import urllib.request
+from pathlib import Path
+
+
+class LocalArchive:
+    """Suites under `folder`, served at `url` while the context is open; `keyring` is the
+    public key (ASCII-armoured, as sites publish theirs) that --archive-keyring takes."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.home = folder / "gnupg"
+        self.home.mkdir(mode=0o700, parents=True)
+        self._gpg("--quick-gen-key", "torchstack test archive <archive@localhost>", "ed25519", "sign", "never")
+        self.keyring = folder / "archive-key.asc"
+        self.keyring.write_bytes(self._gpg("--export", "--armor"))
+        self.root = folder / "archive"
+        self.root.mkdir()
+
+    def _gpg(self, *args: str) -> bytes:
+        command = ["gpg", "--batch", "--quiet", "--homedir", str(self.home), "--pinentry-mode", "loopback", "--passphrase", "", *args]
+        return subprocess.run(command, check=True, capture_output=True).stdout
+
+    def publish(self, suite: str, arch: str, debs: list[Path] = ()) -> None:
+        """The suite's main for `arch` holds exactly `debs`, with a newly signed InRelease."""
+        pool = self.root / "pool" / suite
+        pool.mkdir(parents=True, exist_ok=True)
+        stanzas = []
+        for deb in debs:
+            shutil.copyfile(deb, pool / deb.name)
+            control = subprocess.run(["dpkg-deb", "-f", str(deb)], check=True, capture_output=True, text=True).stdout.strip()
+            data = deb.read_bytes()
+            stanzas.append(f"{control}\nFilename: pool/{suite}/{deb.name}\nSize: {len(data)}\nSHA256: {hashlib.sha256(data).hexdigest()}\n")
+        binary = self.root / "dists" / suite / "main" / f"binary-{arch}"
+        binary.mkdir(parents=True, exist_ok=True)
+        packages = "\n".join(stanzas).encode()
+        (binary / "Packages").write_bytes(packages)
+        (binary / "Packages.xz").write_bytes(lzma.compress(packages))
+        sums = "".join(
+            f" {hashlib.sha256(p.read_bytes()).hexdigest()} {p.stat().st_size} main/binary-{arch}/{p.name}\n"
+            for p in (binary / "Packages", binary / "Packages.xz")
+        )
+        release = (f"Origin: torchstack-test\nLabel: torchstack-test\nSuite: {suite}\nCodename: {suite}\n"
+                   f"Date: {email.utils.formatdate(usegmt=True)}\nArchitectures: {arch}\nComponents: main\nSHA256:\n{sums}")  # fmt: skip
+        dists = self.root / "dists" / suite
+        (dists / "Release").write_text(release)
+        (dists / "InRelease").write_bytes(self._gpg("--clearsign", "--output", "-", str(dists / "Release")))
+
+    def __enter__(self) -> LocalArchive:
+        handler = functools.partial(_Quiet, directory=str(self.root))
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+def rebuilt(deb: Path, dest: Path, version: str, depends: str | None = None) -> Path:
+    """A real package made again at another version (and, given, another Depends): what an
+    archive publishes as its fix."""
+    tree = dest / f"tree-{version}"
+    subprocess.run(["dpkg-deb", "-R", str(deb), str(tree)], check=True)
+    control = tree / "DEBIAN" / "control"
+    lines = [line for line in control.read_text().splitlines() if not (depends and line.startswith("Depends:"))]
+    lines = [f"Version: {version}" if line.startswith("Version:") else line for line in lines]
+    control.write_text("\n".join([*lines, *([f"Depends: {depends}"] if depends else [])]) + "\n")
+    out = dest / f"{deb.name.split('_')[0]}_{version.replace(':', '%3a')}_rebuilt.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-b", str(tree), str(out)], check=True, capture_output=True)
+    shutil.rmtree(tree)
+    return out
+
+
+def download(url: str, dest: Path) -> Path:
+    with urllib.request.urlopen(url, timeout=120) as answer:
+        dest.write_bytes(answer.read())
+    return dest
