@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
-from torchstack import archive, bootstrap, checks, connection, engine, layout, prerequisites, publish, requirements, sharing, signing, sources
+from torchstack import archive, bootstrap, checks, connection, engine, layout, prerequisites, publish, registry, requirements, sharing, signing, sources
 from torchstack.errors import ChecksFailed, ToolkitError, UsageProblem
 from torchstack.model import Catalog
 from torchstack.metadata import stage_labels, torch_defects
@@ -308,7 +308,16 @@ def _summary(plan: Plan, chosen, release: _Release, pushed: list, signed: list, 
 
 
 def _publish(client, kind: str, plan: Plan, options: dict, pushes: list, release: _Release, began: datetime, note) -> tuple[list, list]:
-    """The pushes, then with --sign the pushed release image signed, its SBOM and provenance attested."""
+    """The pushes, then with --sign the pushed release image signed, its SBOM and provenance attested.
+    The release tag moves to each new image, and a dated tag (TAG-YYYYMMDDHHMM) names it for good;
+    a release the registry already holds under its tag (a scheduled rebuild that changed nothing)
+    is neither pushed nor signed again."""
+    if pushes and plan.stages[-1].name == RELEASE_STAGE:
+        local, remote = pushes[-1]
+        if _holds(remote, release.image_id):
+            note(f"torchstack: {remote} already holds this very image: nothing new to push or sign")
+            return [publish.push(client, name, there, note, kind) for name, there in pushes[:-1]], []
+        pushes = [*pushes[:-1], (local, f"{remote}-{began:%Y%m%d%H%M}"), (local, remote)]
     pushed = [publish.push(client, local, remote, note, kind) for local, remote in pushes]
     for done in pushed:
         layers = f", {done.layers} layers, {done.already_there} already there" if done.layers else ""
@@ -319,6 +328,16 @@ def _publish(client, kind: str, plan: Plan, options: dict, pushes: list, release
                                   client.images.get(plan.base_image).id, kind, began)  # fmt: skip
     note(f"torchstack: signed {signed['reference']}, with its SBOM and provenance attested (cosign, no transparency log)")
     return pushed, [signed]
+
+
+def _holds(remote: str, image_id: str) -> bool:
+    """Whether the registry's `remote` tag is an image of this very configuration (its ID)."""
+    reference = registry.parse(remote)
+    try:
+        _, manifest = registry.Registry(reference.host).manifest(reference)
+    except registry.RegistryProblem:
+        return False
+    return manifest.get("config", {}).get("digest") == image_id
 
 
 def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> Plan:

@@ -23,6 +23,8 @@ def test_arm64_onednn_acl_image_under_emulation(client, arm64_build):
     # torchvision's own checks (nms, roi_align, transforms) ran among the checks that passed.
     assert [(p["name"], p["version"], p["checks"]) for p in info["plugins"]] == [("torchvision", "0.23.0", ["torchvision_ops.py"])]
     assert image.attrs["Architecture"] == "arm64"
+    # PyPI's torch 2.8.0 has a cp313 aarch64 wheel: the newest Debian release with its Python, trixie.
+    assert (info["distribution"], info["python"]) == ("trixie", "3.13"), info
     out = client.containers.run(
         built["final_image"], ["python", "-c", "import torch; print(torch.__version__, torch.backends.mkldnn.is_available())"],
         remove=True, platform="linux/arm64",

@@ -5,6 +5,7 @@ a registry that needs a login refuses the push in one line."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import urllib.request
 from pathlib import Path
@@ -31,9 +32,13 @@ def test_push_sends_the_checked_release_image_and_its_stages(client, x86_build, 
     summary, output = pushed
     tag = x86_build["release_tag"]
     references = [p["reference"] for p in summary["pushed"]]
-    # The OS image, then each stage under its content name, then the release image.
+    # The OS image, then each stage under its content name, then the release image: under a dated
+    # tag that keeps naming it, and under the release tag, which moves to the next image that differs.
     stages = [f"{registry}/ml/{s['image']}" for s in x86_build["stages"] if s["stage"] != "final"]
-    assert references == [f"{registry}/ml/torchstack-os:bookworm-amd64", *stages, f"{registry}/ml/torchstack:{tag}"]
+    dated = references[-2]
+    assert re.fullmatch(rf"{re.escape(registry)}/ml/torchstack:{re.escape(tag)}-20\d{{10}}", dated), dated
+    assert references == [f"{registry}/ml/torchstack-os:bookworm-amd64", *stages, dated, f"{registry}/ml/torchstack:{tag}"]
+    assert summary["pushed"][-2]["digest"] == summary["pushed"][-1]["digest"]
     for reference in references:  # (the registry may hold other tags of a repository: the arm64 image's)
         repository, _, pushed_tag = reference.removeprefix(f"{registry}/").rpartition(":")
         assert pushed_tag in registry_tags(registry, repository), reference

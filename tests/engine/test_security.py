@@ -7,7 +7,9 @@ with a key of its own and serves on loopback (tests/local_archive.py), as a site
 from __future__ import annotations
 
 import json
-import urllib.error
+import lzma
+import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -20,14 +22,16 @@ pytestmark = pytest.mark.engine
 PACKAGE = "tzdata"  # in every image, Architecture: all, nothing pins its version
 
 
-def debian_package(name: str, version: str, dest) -> object:
-    """The .deb Debian publishes of `name` at `version`: in the main archive's pool, else the security archive's."""
-    for archive_url in ("http://deb.debian.org/debian", "http://deb.debian.org/debian-security"):
-        try:
-            return download(f"{archive_url}/pool/main/{name[0]}/{name}/{name}_{version.split(':')[-1]}_all.deb", dest / f"{name}.deb")
-        except urllib.error.HTTPError:
-            continue
-    pytest.fail(f"{name} {version} is in neither Debian archive's pool")
+def debian_package(name: str, version: str, dest: Path) -> Path:
+    """The .deb Debian publishes of `name` at `version`, found through the suites' indexes."""
+    for url, suite in (("http://deb.debian.org/debian-security", "bookworm-security"), ("http://deb.debian.org/debian", "bookworm"),
+                       ("http://deb.debian.org/debian", "bookworm-updates")):  # fmt: skip
+        with urllib.request.urlopen(f"{url}/dists/{suite}/main/binary-amd64/Packages.xz", timeout=120) as answer:
+            for stanza in lzma.decompress(answer.read()).decode().split("\n\n"):
+                fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and not line.startswith(" "))
+                if fields.get("Package") == name and fields.get("Version") == version:
+                    return download(f"{url}/{fields['Filename']}", dest / f"{name}.deb")
+    pytest.fail(f"{name} {version} is in none of bookworm's suites")
 
 
 def summary_of(result, path) -> dict:

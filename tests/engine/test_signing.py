@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine.conftest import run_build_py, x86_wheelhouse
+from tests.engine.conftest import X86_ARGS, run_build_py, x86_wheelhouse
 
 pytestmark = pytest.mark.engine
 
@@ -146,3 +146,15 @@ def test_podmans_policy_json_admits_the_signed_release_and_refuses_a_wrong_key_a
                                 (f"{registry}/ml/elsewhere:{tag}", ours, "/ml/torchstack\\\" is not accepted")):  # fmt: skip
         refused = pull(reference, key)
         assert refused.returncode != 0 and why in refused.stderr, (reference, refused.stderr[-2000:])
+
+
+def test_a_rebuild_that_changes_nothing_pushes_and_signs_nothing_new(x86_build, pushed, registry, cosign_keys):
+    """A scheduled rebuild of the same request, when neither the stack nor Debian's suites moved: the
+    same release image, which the registry already holds under its tag, so no push and no signature."""
+    summary, _ = pushed
+    again = run_build_py(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--push", "--push-stages", "--registry", f"{registry}/ml",
+                         "--sign", str(cosign_keys["ours"][0]), env=cosign_keys["env"])  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    release_reference = summary["pushed"][-1]["reference"]
+    assert f"torchstack: {release_reference} already holds this very image: nothing new to push or sign" in again.stdout + again.stderr
+    assert "torchstack: signed" not in again.stdout + again.stderr
