@@ -31,7 +31,8 @@ fi
 #     arch-test, which mmdebstrap needs for a foreign architecture (only "recommended", so
 #     --no-install-recommends would leave it out);
 #   emulated arm64, s390x (or x86_64) builds: qemu-user-static and binfmt-support;
-#   fetching buildx and sources: curl, gpgv, xz-utils, ca-certificates;
+#   fetching buildx and sources, reading Debian's signed suites (the security gate): curl, gpgv,
+#     xz-utils, ca-certificates; the tests' own signed Debian archive: gpg;
 #   the engine tests' second engine, which gets a bridge of its own: iproute2;
 #   Podman (--engine podman, and the tests of it): podman, with runc (crun, which Podman prefers,
 #     cannot run on a host with hybrid cgroups), uidmap (newuidmap, for rootless users) and
@@ -40,7 +41,7 @@ missing=()
 installed() { dpkg-query -W -f '${Status}' "$1" 2> /dev/null | grep -q '^install ok installed$'; }
 [[ $engine == podman ]] || command -v dockerd > /dev/null || missing+=(docker.io)
 for package in mmdebstrap debian-archive-keyring arch-test qemu-user-static binfmt-support \
-    curl gpgv xz-utils ca-certificates iproute2 podman runc uidmap slirp4netns; do
+    curl gpgv gpg xz-utils ca-certificates iproute2 podman runc uidmap slirp4netns; do
     installed "$package" || missing+=("$package")
 done
 if ((${#missing[@]})); then

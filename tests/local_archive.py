@@ -68,6 +68,8 @@ class LocalArchive:
     def __exit__(self, *exc) -> None:
         self.server.shutdown()
         self.server.server_close()
+        # The agent gpg started for the signing key ends with the archive.
+        subprocess.run(["gpgconf", "--homedir", str(self.home), "--kill", "gpg-agent"], capture_output=True)
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):

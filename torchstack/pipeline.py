@@ -13,14 +13,14 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
-from torchstack import archive, bootstrap, checks, connection, engine, layout, prerequisites, publish, registry, requirements, sharing, signing, sources
+from torchstack import archive, bootstrap, checks, connection, engine, layout, prerequisites, publish, requirements, sharing, signing, sources
 from torchstack.errors import ChecksFailed, ToolkitError, UsageProblem
 from torchstack.model import Catalog
 from torchstack.metadata import stage_labels, torch_defects
 from torchstack.plan import RELEASE_STAGE, Plan, Request, StagePlan
 from torchstack.planner import make_plan
 from torchstack.progress import BuildView, StageReport, summary_table, write_json
-from torchstack.release import add_records, gate, probe, refresh
+from torchstack.release import add_records, gate, probe, published, refresh
 from torchstack.render import BuildSecrets, assemble_context
 from torchstack.wheels import download_from_index, download_wheel, pip_conf_text
 
@@ -228,8 +228,11 @@ def _check_and_tag(client, chosen, catalog: Catalog, plan: Plan, options: dict, 
     top = plan.stages[-1]
     checked, sbom_path, upgrades = top.image, None, []
     if top.name == RELEASE_STAGE:
-        refreshed, upgrades = refresh(client, plan, top.image, contexts / "refresh", log_path, view.note)
-        checked, sbom_path = add_records(client, plan, refreshed, contexts / "sbom", log_path, view.note)
+        # The release image --cache-from's registry holds, pulled for the final stage: its last layers too.
+        remote = publish.remote_name(options["cache_from"], plan.final_image) if options.get("cache_from") else None
+        cache = [remote] if remote and chosen.kind != "podman" and engine.image_exists(client, remote) else None
+        refreshed, upgrades = refresh(client, plan, top.image, contexts / "refresh", log_path, view.note, cache)
+        checked, sbom_path = add_records(client, plan, refreshed, contexts / "sbom", log_path, view.note, cache)
     done = _Release(image_id=client.images.get(checked).id, checks="not run (--no-test)", sbom=sbom_path,
                     upgraded=[str(u) for u in upgrades])  # fmt: skip
     if not options.get("no_test"):
@@ -314,7 +317,7 @@ def _publish(client, kind: str, plan: Plan, options: dict, pushes: list, release
     is neither pushed nor signed again."""
     if pushes and plan.stages[-1].name == RELEASE_STAGE:
         local, remote = pushes[-1]
-        if _holds(remote, release.image_id):
+        if published(remote, release.image_id):
             note(f"torchstack: {remote} already holds this very image: nothing new to push or sign")
             return [publish.push(client, name, there, note, kind) for name, there in pushes[:-1]], []
         pushes = [*pushes[:-1], (local, f"{remote}-{began:%Y%m%d%H%M}"), (local, remote)]
@@ -328,16 +331,6 @@ def _publish(client, kind: str, plan: Plan, options: dict, pushes: list, release
                                   client.images.get(plan.base_image).id, kind, began)  # fmt: skip
     note(f"torchstack: signed {signed['reference']}, with its SBOM and provenance attested (cosign, no transparency log)")
     return pushed, [signed]
-
-
-def _holds(remote: str, image_id: str) -> bool:
-    """Whether the registry's `remote` tag is an image of this very configuration (its ID)."""
-    reference = registry.parse(remote)
-    try:
-        _, manifest = registry.Registry(reference.host).manifest(reference)
-    except registry.RegistryProblem:
-        return False
-    return manifest.get("config", {}).get("digest") == image_id
 
 
 def run_build(catalog: Catalog, request: Request, plan: Plan, options: dict) -> Plan:

@@ -15,7 +15,7 @@ import re
 from datetime import datetime
 from pathlib import Path
 
-from torchstack import archive, engine, layout, sbom, sharing, sources
+from torchstack import archive, engine, layout, registry, sbom, sharing, sources
 from torchstack.errors import ToolkitError
 from torchstack.plan import Plan
 from torchstack.render import refresh_context
@@ -25,9 +25,10 @@ class SecurityUpdatesPending(ToolkitError):
     """The release gate: an installed package has a newer version in the -security suite."""
 
 
-def refresh(client, plan: Plan, image: str, context: Path, log_path: Path, note) -> tuple[str, list[archive.Upgrade]]:
+def refresh(client, plan: Plan, image: str, context: Path, log_path: Path, note, cache: list[str] | None = None) -> tuple[str, list[archive.Upgrade]]:
     """The final stage's `image` with what the plan's suites hold newer (one layer), and those
-    upgrades; `image` itself with --no-security-updates or a --base-image of the user's."""
+    upgrades; `image` itself with --no-security-updates or a --base-image of the user's. `cache`:
+    a release image of the same request from --cache-from's registry, whose layer a new host reuses."""
     if not plan.apt.updates or not plan.base_is_bootstrapped:
         return client.images.get(image).id, []
     found = client.images.get(image)
@@ -37,7 +38,7 @@ def refresh(client, plan: Plan, image: str, context: Path, log_path: Path, note)
         raise ToolkitError(f"the Debian suites could not be read to bring the image up to date ({exc}); no tag was applied") from None
     refresh_context(plan, found.id, [f"{u.package}={u.available}" for u in upgrades], context)
     result = engine.build_image(client, context, None, plan.platform, {}, False, lambda line: None,
-                                engine.BuildProgress(), "refresh", log_path)  # fmt: skip
+                                engine.BuildProgress(), "refresh", log_path, cache)  # fmt: skip
     if upgrades:
         note(f"torchstack: {archive.describe(upgrades, 'its suites')}: upgraded in the image's last layer"
              + (" (from the engine's cache)" if result.cached else ""))  # fmt: skip
@@ -79,7 +80,7 @@ def confirmed(info: dict, found: dict) -> dict:
     return {**info, "components": components}
 
 
-def add_records(client, plan: Plan, image: str, context: Path, log_path: Path, note) -> tuple[str, Path]:
+def add_records(client, plan: Plan, image: str, context: Path, log_path: Path, note, cache: list[str] | None = None) -> tuple[str, Path]:
     """`image` with its records as one more layer: the build-info (label and file) with the
     versions it holds, and its SBOM (sbom.SBOM). The release image's ID, untagged until its checks
     pass, and the SBOM's copy next to the build log. Made once per image ID; the layer comes from
@@ -102,11 +103,22 @@ def add_records(client, plan: Plan, image: str, context: Path, log_path: Path, n
         f"FROM {found.id}\nCOPY build-info.json {layout.BUILD_INFO}\nCOPY sbom.cdx.json {sbom.SBOM}\n"
     )
     result = engine.build_image(client, context, None, plan.platform, {sbom.BUILD_INFO_LABEL: json.dumps(info, sort_keys=True)},
-                                False, lambda line: None, engine.BuildProgress(), "sbom", log_path)  # fmt: skip
+                                False, lambda line: None, engine.BuildProgress(), "sbom", log_path, cache)  # fmt: skip
     path = sbom.write(text, log_path.with_suffix(".sbom.cdx.json"))
     note(f"torchstack: SBOM ({described['format']}: {described['python_packages']} Python packages, "
          f"{described['debian_packages']} Debian packages) at {sbom.SBOM} in the image, and {path}")  # fmt: skip
     return result.image_id, path
+
+
+def published(remote: str, image_id: str) -> bool:
+    """Whether the registry's `remote` tag is this very image (its configuration, the image ID):
+    a rebuild that changed nothing, which is neither pushed nor signed again."""
+    reference = registry.parse(remote)
+    try:
+        _, manifest = registry.Registry(reference.host).manifest(reference)
+    except registry.RegistryProblem:
+        return False
+    return manifest.get("config", {}).get("digest") == image_id
 
 
 def probe(client, plan: Plan, image: str) -> dict:

@@ -15,7 +15,7 @@ def format_plan(plan: Plan) -> str:
         f"backend       {plan.backend.name}: {plan.backend.description}",
         f"target        {plan.target.name}: {plan.target.flag}" + (f"  [{plan.target_note}]" if plan.target_note else ""),
         f"distribution  {plan.distribution_note}",
-        f"apt suites    " + (", ".join(f"{s.name} ({s.url})" for s in plan.apt.suites) if plan.base_is_bootstrapped
+        "apt suites    " + (", ".join(f"{s.name} ({s.url})" for s in plan.apt.suites) if plan.base_is_bootstrapped
                              else "the --base-image's own") + ("" if plan.apt.updates else "  [--no-security-updates]"),
         f"compiler      CFLAGS={plan.cflags}  (GCC {plan.distribution.gcc}, {plan.distribution.name})",
         f"torch         {plan.torch_version}",
