@@ -155,7 +155,9 @@ def test_with_torchvision_takes_the_version_paired_with_the_images_torch(plan_fo
     assert plan.release_tag.endswith("-torch.wheel-torchvision-0.28.0") and "pillow==13.0.0" in plan.payload.python_constraints
     old = plan_for(arch="aarch64", methods={"torch": "wheel"}, torch_version="2.8.0", libraries=("torchvision",))
     assert [p.requirement for p in old.plugins] == ["torchvision==0.23.0"]
-    with pytest.raises(UsageProblem, match=r"none of its pinned versions \(0.28.0, 0.23.0\) pairs with torch 2.12.0 \(torchvision's"):
+    new = plan_for(methods={"torch": "wheel"}, torch_version="2.14.0", libraries=("torchvision",))
+    assert [p.requirement for p in new.plugins] == ["torchvision==0.29.0"] and new.torch_version == "2.14.0"
+    with pytest.raises(UsageProblem, match=r"none of its pinned versions \(0.29.0, 0.28.0, 0.23.0\) pairs with torch 2.12.0 \(torchvision's"):
         plan_for(methods={"torch": "wheel"}, torch_version="2.12.0", libraries=("torchvision",))
     with pytest.raises(UsageProblem, match="not one compiled here, .* use --torch-from wheel"):
         plan_for(libraries=("torchvision",))
