@@ -176,3 +176,33 @@ def test_the_final_image_starts_through_the_cpu_guard_with_the_runtime_defaults(
     assert "ENV LD_PRELOAD" not in dockerfile and 'ENV TORCHINDUCTOR_VEC_ISA_OK="1"' in dockerfile
     assert 'ENTRYPOINT ["/opt/torchstack/entrypoint.sh"]' in dockerfile
     assert (tmp_path / "entrypoint.sh").stat().st_mode & 0o111, "the entry point must be executable"
+
+
+def test_an_image_without_security_updates_says_so_in_its_banner_and_labels(plan_for):
+    from torchstack.metadata import stage_labels
+    from torchstack.render import banner
+
+    bare = plan_for(backend="onednn", release="r26.11", security_updates=False)
+    assert "no security updates (--no-security-updates)" in banner(bare)
+    assert stage_labels(bare, bare.stages[-1])["io.torchstack.security-updates"] == "no (--no-security-updates)"
+    current = plan_for(backend="onednn", release="r26.11")
+    assert "security updates" not in banner(current)
+    assert stage_labels(current, current.stages[-1])["io.torchstack.security-updates"] == "yes: trixie-updates trixie-security"
+
+
+def test_the_refresh_layer_keeps_the_suites_and_records_its_upgrades(plan_for, tmp_path):
+    from torchstack.render import refresh_context
+
+    plan = plan_for(backend="onednn", release="r26.11")
+    refresh_context(plan, "sha256:" + "0" * 64, ["libssl3=3.0.22-1~deb13u1"], tmp_path)
+    dockerfile = (tmp_path / "Dockerfile").read_text()
+    assert (tmp_path / "sources.list").read_text() == plan.apt.sources_list()
+    assert (tmp_path / "apt-upgrades.txt").read_text() == "libssl3=3.0.22-1~deb13u1\n"
+    assert "apt-get upgrade -y --with-new-pkgs" in dockerfile and dockerfile.rstrip().endswith("USER 1000:1000")
+    hadolint = shutil.which("hadolint")
+    ignores = [arg for rule in HADOLINT_IGNORED for arg in ("--ignore", rule)]
+    linted = subprocess.run([hadolint, "--no-color", "--failure-threshold", "info", *ignores, str(tmp_path / "Dockerfile")],
+                            capture_output=True, text=True)  # fmt: skip
+    assert linted.returncode == 0, linted.stdout + linted.stderr
+    refresh_context(plan, "sha256:" + "0" * 64, [], tmp_path)
+    assert "apt-get update" not in (tmp_path / "Dockerfile").read_text()
