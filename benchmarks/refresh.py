@@ -20,13 +20,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import lzma
 import os
 import platform
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -35,23 +33,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.run import README_ARGS, cpu_model, throwaway_images, toolkit  # noqa: E402
-from tests.local_archive import LocalArchive, download, rebuilt  # noqa: E402
+from tests.local_archive import LocalArchive, debian_suites, published_deb, rebuilt  # noqa: E402
 from torchstack import archive  # noqa: E402
 from torchstack.connection import choose, connect  # noqa: E402
 
 GOAL = 0.3
 PACKAGE = "tzdata"
-
-
-def debian_deb(name: str, version: str, dest: Path, suites: list[tuple[str, str]], arch: str) -> Path:
-    """The .deb Debian publishes of `name` at `version`, found through the suites' indexes."""
-    for url, suite in suites:
-        with urllib.request.urlopen(f"{url}/dists/{suite}/main/binary-{arch}/Packages.xz", timeout=120) as answer:
-            for stanza in lzma.decompress(answer.read()).decode().split("\n\n"):
-                fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and not line.startswith(" "))
-                if fields.get("Package") == name and fields.get("Version") == version:
-                    return download(f"{url}/{fields['Filename']}", dest / f"{name}.deb")
-    raise SystemExit(f"benchmark: {name} {version} is in none of {', '.join(s for _, s in suites)}")
 
 
 def main() -> None:
@@ -69,9 +56,7 @@ def main() -> None:
     have = archive.installed(client, built["image_id"])[PACKAGE]
     tag = f"bench-refresh-{uuid.uuid4().hex[:10]}"
     with tempfile.TemporaryDirectory() as tmp, throwaway_images(tag), LocalArchive(Path(tmp) / "site") as site:
-        original = debian_deb(PACKAGE, have, Path(tmp), [("http://deb.debian.org/debian-security", f"{name}-security"),
-                                                        ("http://deb.debian.org/debian", name),
-                                                        ("http://deb.debian.org/debian", f"{name}-updates")], arch)  # fmt: skip
+        original = published_deb(PACKAGE, have, Path(tmp), debian_suites(name), arch)
         site.publish(f"{name}-security", arch)
         request = [*README_ARGS, "--torch-wheel", args.wheelhouse, "--security-mirror", site.url,
                    "--archive-keyring", str(site.keyring), "--no-test"]  # fmt: skip

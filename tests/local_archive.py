@@ -92,6 +92,24 @@ def rebuilt(deb: Path, dest: Path, version: str, depends: str | None = None) -> 
     return out
 
 
+def published_deb(name: str, version: str, dest: Path, suites: list[tuple[str, str]], arch: str) -> Path:
+    """The .deb a Debian archive publishes of `name` at `version`, found through the indexes of
+    `suites` ((archive URL, suite) pairs), downloaded into `dest`."""
+    for url, suite in suites:
+        with urllib.request.urlopen(f"{url}/dists/{suite}/main/binary-{arch}/Packages.xz", timeout=120) as answer:
+            for stanza in lzma.decompress(answer.read()).decode().split("\n\n"):
+                fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and not line.startswith(" "))
+                if fields.get("Package") == name and fields.get("Version") == version:
+                    return download(f"{url}/{fields['Filename']}", dest / f"{name}.deb")
+    raise LookupError(f"{name} {version} is in none of {', '.join(suite for _, suite in suites)}")
+
+
+def debian_suites(release: str) -> list[tuple[str, str]]:
+    """Debian's own three suites of `release`: where a package of an image built on them is published."""
+    return [("http://deb.debian.org/debian-security", f"{release}-security"), ("http://deb.debian.org/debian", release),
+            ("http://deb.debian.org/debian", f"{release}-updates")]  # fmt: skip
+
+
 def download(url: str, dest: Path) -> Path:
     with urllib.request.urlopen(url, timeout=120) as answer:
         dest.write_bytes(answer.read())

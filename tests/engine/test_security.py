@@ -7,31 +7,16 @@ with a key of its own and serves on loopback (tests/local_archive.py), as a site
 from __future__ import annotations
 
 import json
-import lzma
-import urllib.request
-from pathlib import Path
 
 import pytest
 
 from tests.engine.conftest import X86_ARGS, run_build_py, x86_wheelhouse
-from tests.local_archive import LocalArchive, download, rebuilt
+from tests.local_archive import LocalArchive, debian_suites, published_deb, rebuilt
 from torchstack import archive
 
 pytestmark = pytest.mark.engine
 
 PACKAGE = "tzdata"  # in every image, Architecture: all, nothing pins its version
-
-
-def debian_package(name: str, version: str, dest: Path) -> Path:
-    """The .deb Debian publishes of `name` at `version`, found through the suites' indexes."""
-    for url, suite in (("http://deb.debian.org/debian-security", "bookworm-security"), ("http://deb.debian.org/debian", "bookworm"),
-                       ("http://deb.debian.org/debian", "bookworm-updates")):  # fmt: skip
-        with urllib.request.urlopen(f"{url}/dists/{suite}/main/binary-amd64/Packages.xz", timeout=120) as answer:
-            for stanza in lzma.decompress(answer.read()).decode().split("\n\n"):
-                fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and not line.startswith(" "))
-                if fields.get("Package") == name and fields.get("Version") == version:
-                    return download(f"{url}/{fields['Filename']}", dest / f"{name}.deb")
-    pytest.fail(f"{name} {version} is in none of bookworm's suites")
 
 
 def summary_of(result, path) -> dict:
@@ -43,22 +28,24 @@ def test_a_fix_published_after_a_build_reaches_the_next_without_compiling_and_on
     client, x86_build, unique_tag, tmp_path
 ):
     have = archive.installed(client, x86_build["image_id"])[PACKAGE]
-    original = debian_package(PACKAGE, have, tmp_path)
+    debian = json.loads(client.images.get(x86_build["image_id"]).labels["io.torchstack.build-info"])["distribution"]
+    security = f"{debian}-security"
+    original = published_deb(PACKAGE, have, tmp_path, debian_suites(debian), "amd64")
     release = f"torchstack:{unique_tag}"
     with LocalArchive(tmp_path / "site") as site:
-        site.publish("bookworm-security", "amd64")  # nothing newer yet
+        site.publish(security, "amd64")  # nothing newer yet
         args = [*X86_ARGS, "--security-mirror", site.url, "--archive-keyring", str(site.keyring), "--tag", unique_tag, "--no-test"]
         env = {"PIP_FIND_LINKS": x86_wheelhouse()}
         first = summary_of(run_build_py(*args, "--json", str(tmp_path / "first.json"), env=env), tmp_path / "first.json")
-        assert first["security_updates"]["gate"] == "none pending in bookworm-security"
-        assert f"deb {site.url} bookworm-security main" in first["security_updates"]["suites"]
+        assert first["security_updates"]["gate"] == f"none pending in {security}"
+        assert f"deb {site.url} {security} main" in first["security_updates"]["suites"]
 
         # A fix whose dependency no suite holds: apt keeps it back, the gate refuses, the tag stays.
-        site.publish("bookworm-security", "amd64", [rebuilt(original, tmp_path, f"{have}+test1", depends="torchstack-absent-package")])
+        site.publish(security, "amd64", [rebuilt(original, tmp_path, f"{have}+test1", depends="torchstack-absent-package")])
         held = run_build_py(*args, env=env)
         assert held.returncode != 0
         assert held.stderr.strip().splitlines()[-1] == (
-            f"torchstack: error: 1 installed package with a newer version in bookworm-security: "
+            f"torchstack: error: 1 installed package with a newer version in {security}: "
             f"{PACKAGE} {have} -> {have}+test1; the release tag was not applied"
         )
         assert client.images.get(release).id == first["image_id"]
@@ -67,9 +54,9 @@ def test_a_fix_published_after_a_build_reaches_the_next_without_compiling_and_on
         assert tested.returncode != 0 and f"{PACKAGE} {have} -> {have}+test1" in tested.stderr.strip().splitlines()[-1]
 
         # The fix as it should be: the next build of the same request takes it, compiling nothing.
-        site.publish("bookworm-security", "amd64", [rebuilt(original, tmp_path, f"{have}+test2")])
+        site.publish(security, "amd64", [rebuilt(original, tmp_path, f"{have}+test2")])
         third = summary_of(run_build_py(*args, "--json", str(tmp_path / "third.json"), env=env), tmp_path / "third.json")
     assert [(s["stage"], s["status"], s["ran"]) for s in third["stages"]] == [(s["stage"], "cached", []) for s in third["stages"]]
     assert f"{PACKAGE} {have} -> {have}+test2" in third["security_updates"]["upgraded"]
-    assert third["security_updates"]["gate"] == "none pending in bookworm-security"
+    assert third["security_updates"]["gate"] == f"none pending in {security}"
     assert archive.installed(client, release)[PACKAGE] == f"{have}+test2"
