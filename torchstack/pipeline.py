@@ -20,7 +20,7 @@ from torchstack.metadata import stage_labels, torch_defects
 from torchstack.plan import RELEASE_STAGE, Plan, Request, StagePlan
 from torchstack.planner import make_plan
 from torchstack.progress import BuildView, StageReport, summary_table, write_json
-from torchstack.release import add_records, gate, probe, published, refresh
+from torchstack.release import CONTENT_LABEL, add_records, gate, probe, published, refresh
 from torchstack.render import BuildSecrets, assemble_context
 from torchstack.wheels import download_from_index, download_wheel, pip_conf_text
 
@@ -228,11 +228,8 @@ def _check_and_tag(client, chosen, catalog: Catalog, plan: Plan, options: dict, 
     top = plan.stages[-1]
     checked, sbom_path, upgrades = top.image, None, []
     if top.name == RELEASE_STAGE:
-        # The release image --cache-from's registry holds, pulled for the final stage: its last layers too.
-        remote = publish.remote_name(options["cache_from"], plan.final_image) if options.get("cache_from") else None
-        cache = [remote] if remote and chosen.kind != "podman" and engine.image_exists(client, remote) else None
-        refreshed, upgrades = refresh(client, plan, top.image, contexts / "refresh", log_path, view.note, cache)
-        checked, sbom_path = add_records(client, plan, refreshed, contexts / "sbom", log_path, view.note, cache)
+        refreshed, upgrades = refresh(client, plan, top.image, contexts / "refresh", log_path, view.note)
+        checked, sbom_path = add_records(client, plan, refreshed, contexts / "sbom", log_path, view.note)
     done = _Release(image_id=client.images.get(checked).id, checks="not run (--no-test)", sbom=sbom_path,
                     upgraded=[str(u) for u in upgrades])  # fmt: skip
     if not options.get("no_test"):
@@ -317,8 +314,9 @@ def _publish(client, kind: str, plan: Plan, options: dict, pushes: list, release
     is neither pushed nor signed again."""
     if pushes and plan.stages[-1].name == RELEASE_STAGE:
         local, remote = pushes[-1]
-        if published(remote, release.image_id):
-            note(f"torchstack: {remote} already holds this very image: nothing new to push or sign")
+        if published(remote, client.images.get(release.image_id).labels.get(CONTENT_LABEL)):
+            note(f"torchstack: {remote} already holds this release: the same records and packages at the same versions; "
+                 "nothing new to push or sign")  # fmt: skip
             return [publish.push(client, name, there, note, kind) for name, there in pushes[:-1]], []
         pushes = [*pushes[:-1], (local, f"{remote}-{began:%Y%m%d%H%M}"), (local, remote)]
     pushed = [publish.push(client, local, remote, note, kind) for local, remote in pushes]

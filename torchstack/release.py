@@ -10,6 +10,7 @@ has a newer version of an installed package.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from datetime import datetime
@@ -21,14 +22,18 @@ from torchstack.plan import Plan
 from torchstack.render import refresh_context
 
 
+# What the release holds, as one digest: its build-info and every package with its version, Debian's
+# and Python's (sbom.inventory). Equal for two builds that ship the same, whatever their files' times.
+CONTENT_LABEL = "io.torchstack.content"
+
+
 class SecurityUpdatesPending(ToolkitError):
     """The release gate: an installed package has a newer version in the -security suite."""
 
 
-def refresh(client, plan: Plan, image: str, context: Path, log_path: Path, note, cache: list[str] | None = None) -> tuple[str, list[archive.Upgrade]]:
+def refresh(client, plan: Plan, image: str, context: Path, log_path: Path, note) -> tuple[str, list[archive.Upgrade]]:
     """The final stage's `image` with what the plan's suites hold newer (one layer), and those
-    upgrades; `image` itself with --no-security-updates or a --base-image of the user's. `cache`:
-    a release image of the same request from --cache-from's registry, whose layer a new host reuses."""
+    upgrades; `image` itself with --no-security-updates or a --base-image of the user's."""
     if not plan.apt.updates or not plan.base_is_bootstrapped:
         return client.images.get(image).id, []
     found = client.images.get(image)
@@ -38,7 +43,7 @@ def refresh(client, plan: Plan, image: str, context: Path, log_path: Path, note,
         raise ToolkitError(f"the Debian suites could not be read to bring the image up to date ({exc}); no tag was applied") from None
     refresh_context(plan, found.id, [f"{u.package}={u.available}" for u in upgrades], context)
     result = engine.build_image(client, context, None, plan.platform, {}, False, lambda line: None,
-                                engine.BuildProgress(), "refresh", log_path, cache)  # fmt: skip
+                                engine.BuildProgress(), "refresh", log_path)  # fmt: skip
     if upgrades:
         note(f"torchstack: {archive.describe(upgrades, 'its suites')}: upgraded in the image's last layer"
              + (" (from the engine's cache)" if result.cached else ""))  # fmt: skip
@@ -80,21 +85,22 @@ def confirmed(info: dict, found: dict) -> dict:
     return {**info, "components": components}
 
 
-def add_records(client, plan: Plan, image: str, context: Path, log_path: Path, note, cache: list[str] | None = None) -> tuple[str, Path]:
+def add_records(client, plan: Plan, image: str, context: Path, log_path: Path, note) -> tuple[str, Path]:
     """`image` with its records as one more layer: the build-info (label and file) with the
-    versions it holds, and its SBOM (sbom.SBOM). The release image's ID, untagged until its checks
-    pass, and the SBOM's copy next to the build log. Made once per image ID; the layer comes from
-    the engine's cache when nothing changed."""
+    versions it holds, its SBOM (sbom.SBOM), and the digest of both (CONTENT_LABEL). The release
+    image's ID, untagged until its checks pass, and the SBOM's copy next to the build log. Made
+    once per image ID; the layer comes from the engine's cache when nothing changed."""
     found = client.images.get(image)
-    cached = sources.state_dir() / "sbom" / f"{found.id.removeprefix('sha256:')}.json"
+    cached = sources.state_dir() / "sbom" / f"{found.id.removeprefix('sha256:')}-records.json"
     if cached.is_file():
-        info, text = json.loads(cached.read_text()).values()
+        info, text, content = json.loads(cached.read_text()).values()
     else:
         inventory = sbom.inventory(client, found.id, plan.platform)
         info = confirmed(json.loads(found.labels[sbom.BUILD_INFO_LABEL]), inventory)
         created = datetime.fromisoformat(re.sub(r"(\.\d{6})\d+", r"\1", found.attrs["Created"]).replace("Z", "+00:00"))
         text = sbom.document(inventory, info, plan.final_image, created)
-        sbom.write(json.dumps({"info": info, "sbom": text}), cached)
+        content = "sha256:" + hashlib.sha256(json.dumps({"info": info, "inventory": inventory}, sort_keys=True).encode()).hexdigest()
+        sbom.write(json.dumps({"info": info, "sbom": text, "content": content}), cached)
     described = sbom.summary(text)
     context.mkdir(parents=True, exist_ok=True)
     (context / "sbom.cdx.json").write_text(text)
@@ -102,23 +108,27 @@ def add_records(client, plan: Plan, image: str, context: Path, log_path: Path, n
     (context / "Dockerfile").write_text(
         f"FROM {found.id}\nCOPY build-info.json {layout.BUILD_INFO}\nCOPY sbom.cdx.json {sbom.SBOM}\n"
     )
-    result = engine.build_image(client, context, None, plan.platform, {sbom.BUILD_INFO_LABEL: json.dumps(info, sort_keys=True)},
-                                False, lambda line: None, engine.BuildProgress(), "sbom", log_path, cache)  # fmt: skip
+    labels = {sbom.BUILD_INFO_LABEL: json.dumps(info, sort_keys=True), CONTENT_LABEL: content}
+    result = engine.build_image(client, context, None, plan.platform, labels, False, lambda line: None,
+                                engine.BuildProgress(), "sbom", log_path)  # fmt: skip
     path = sbom.write(text, log_path.with_suffix(".sbom.cdx.json"))
     note(f"torchstack: SBOM ({described['format']}: {described['python_packages']} Python packages, "
          f"{described['debian_packages']} Debian packages) at {sbom.SBOM} in the image, and {path}")  # fmt: skip
     return result.image_id, path
 
 
-def published(remote: str, image_id: str) -> bool:
-    """Whether the registry's `remote` tag is this very image (its configuration, the image ID):
-    a rebuild that changed nothing, which is neither pushed nor signed again."""
+def published(remote: str, content: str | None) -> bool:
+    """Whether the registry's `remote` tag is a release with this content (CONTENT_LABEL): a
+    rebuild that changed nothing, which is neither pushed nor signed again. The content, not the
+    image ID: a new CI runner installs the same packages again into files of other times."""
     reference = registry.parse(remote)
     try:
-        _, manifest = registry.Registry(reference.host).manifest(reference)
+        where = registry.Registry(reference.host)
+        _, manifest = where.manifest(reference)
+        labels = where.config(reference.repository, manifest).get("config", {}).get("Labels") or {} if "config" in manifest else {}
     except registry.RegistryProblem:
         return False
-    return manifest.get("config", {}).get("digest") == image_id
+    return content is not None and labels.get(CONTENT_LABEL) == content
 
 
 def probe(client, plan: Plan, image: str) -> dict:

@@ -156,5 +156,6 @@ def test_a_rebuild_that_changes_nothing_pushes_and_signs_nothing_new(x86_build, 
                          "--sign", str(cosign_keys["ours"][0]), env=cosign_keys["env"])  # fmt: skip
     assert again.returncode == 0, again.stderr[-3000:]
     release_reference = summary["pushed"][-1]["reference"]
-    assert f"torchstack: {release_reference} already holds this very image: nothing new to push or sign" in again.stdout + again.stderr
+    assert f"torchstack: {release_reference} already holds this release: the same records and packages at the same versions; " \
+           "nothing new to push or sign" in again.stdout + again.stderr
     assert "torchstack: signed" not in again.stdout + again.stderr
