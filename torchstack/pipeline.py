@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
 import os
 import shutil
 import tempfile
@@ -22,6 +23,7 @@ from torchstack.planner import make_plan
 from torchstack.progress import BuildView, StageReport, summary_table, write_json
 from torchstack.release import CONTENT_LABEL, add_records, gate, probe, published, refresh
 from torchstack.render import BuildSecrets, assemble_context
+from torchstack.sbom import BUILD_INFO_LABEL
 from torchstack.wheels import download_from_index, download_wheel, pip_conf_text
 
 
@@ -325,7 +327,8 @@ def _publish(client, kind: str, plan: Plan, options: dict, pushes: list, release
         note(f"torchstack: pushed {done.reference} ({done.digest}{layers})")
     if not options.get("sign"):
         return pushed, []
-    signed = signing.sign_release(plan, pushed, publish.check_registry(options["registry"]), options["sign"], release.sbom,
+    info = json.loads(client.images.get(release.image_id).labels[BUILD_INFO_LABEL])
+    signed = signing.sign_release(plan, info, pushed, publish.check_registry(options["registry"]), options["sign"], release.sbom,
                                   client.images.get(plan.base_image).id, kind, began)  # fmt: skip
     note(f"torchstack: signed {signed['reference']}, with its SBOM and provenance attested (cosign, no transparency log)")
     return pushed, [signed]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from torchstack.metadata import applied_patches, build_info, toolkit_revision
+from torchstack.metadata import applied_patches, toolkit_revision
 from torchstack.plan import Plan
 from torchstack.sources import sha256_of
 
@@ -33,10 +33,10 @@ def inputs(plan: Plan, base_id: str) -> list[dict]:
     return found
 
 
-def predicate(plan: Plan, base_id: str, engine: str, started: datetime, finished: datetime) -> dict:
+def predicate(plan: Plan, info: dict, base_id: str, engine: str, started: datetime, finished: datetime) -> dict:
     """The provenance predicate of the release image `plan` describes. externalParameters is what
-    was asked for; internalParameters the image's whole build-info, as its label holds it (what
-    `verify` compares the image against)."""
+    was asked for; internalParameters the image's whole build-info `info`, as its label holds it
+    (the versions read from the image: what `verify` compares the image against)."""
     return {
         "buildDefinition": {
             "buildType": BUILD_TYPE,
@@ -47,7 +47,7 @@ def predicate(plan: Plan, base_id: str, engine: str, started: datetime, finished
                 "plugins": [p.requirement for p in plan.plugins],
                 "requirements": list(plan.requirements.requested) if plan.requirements else [],
             },  # fmt: skip
-            "internalParameters": {"build_info": build_info(plan)},
+            "internalParameters": {"build_info": info},
             "resolvedDependencies": inputs(plan, base_id),
         },
         "runDetails": {

@@ -85,12 +85,13 @@ def sign(reference: str, key: str, sbom: Path | None, provenance: dict | None, r
     return {"reference": reference, "recursive": recursive, "attestations": attached}
 
 
-def sign_release(plan: Plan, pushed: list, registry_name: str, key: str, sbom: Path | None, base_id: str, engine: str,
+def sign_release(plan: Plan, info: dict, pushed: list, registry_name: str, key: str, sbom: Path | None, base_id: str, engine: str,
                  started: datetime) -> dict:  # fmt: skip
-    """--sign: the release image as pushed (by digest), signed, with its SBOM and its provenance attested."""
+    """--sign: the release image as pushed (by digest), signed, with its SBOM and its provenance
+    (with `info`, the image's build-info label) attested."""
     remote = f"{registry_name}/{plan.top_image}"
     done = next(p for p in pushed if p.reference == remote)
-    predicate = provenance.predicate(plan, base_id, engine, started, datetime.now(timezone.utc))
+    predicate = provenance.predicate(plan, info, base_id, engine, started, datetime.now(timezone.utc))
     return sign(f"{remote.rpartition(':')[0]}@{done.digest}", key, sbom, predicate)
 
 

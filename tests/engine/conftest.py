@@ -51,12 +51,16 @@ def x86_wheelhouse() -> str:
 # distribution against that OpenBLAS.
 README_ARGS = ["--torch-from", "wheel", "--openblas-from", "distro"]
 X86_ARGS = [*README_ARGS, "--ca-bundle", str(CA_BUNDLE)]
+# The x86_64 chain's Debian release: the tests' x86_64 torch wheel is a cp311 one, so the README's
+# command takes bookworm. Builds that compile torch's way (no wheel names a Python) would take trixie,
+# the default: the tests that build only early stages name this one, to share the chain's OS image.
+X86_DISTRIBUTION = ["--distribution", "bookworm"]
 
 
 # BuildKit's tools chain (numpy compiled with the compiler cache mount): the session's BuildKit
 # chain builds it first (BUILDKIT_FIRST, under a tag of its own), the reuse test pushes it for an
 # empty engine, and so takes it from the engine's cache.
-BUILDKIT_TOOLS = ["--build-type", "tools", "--openblas-from", "distro", "--builder", "buildx", "--ca-bundle",
+BUILDKIT_TOOLS = ["--build-type", "tools", *X86_DISTRIBUTION, "--openblas-from", "distro", "--builder", "buildx", "--ca-bundle",
                   str(CA_BUNDLE), "--tag", "buildkit-tools"]  # fmt: skip
 
 # The arm64 image the emulated tests build: PyPI's aarch64 torch wheels are CPU builds carrying

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.engine.conftest import CA_BUNDLE, README_ARGS, X86_ARGS, files_holding, leftovers_of, run_build_py, untag, x86_wheelhouse
+from tests.engine.conftest import CA_BUNDLE, README_ARGS, X86_ARGS, X86_DISTRIBUTION, files_holding, leftovers_of, run_build_py, untag, x86_wheelhouse
 from torchstack import sharing
 from torchstack.model import ROOT
 from torchstack.tags import tag_version
@@ -114,7 +114,7 @@ def test_a_cancelled_build_leaves_no_tag_no_container_no_context_and_the_next_ru
     original = template.read_text()
     marker = f"echo finished-before-the-interrupt {unique_tag}"
     template.write_text(original.replace("{{ common.finish() }}", f"RUN {marker}\nRUN sleep 600\n{{{{ common.finish() }}}}"))
-    args = [sys.executable, str(repo_copy / "build.py"), "--build-type", "libs", "--openblas-from", "distro",
+    args = [sys.executable, str(repo_copy / "build.py"), "--build-type", "libs", *X86_DISTRIBUTION, "--openblas-from", "distro",
             "--tag", unique_tag, "--builder", builder]  # fmt: skip
     build = subprocess.Popen(args, cwd=repo_copy, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     for line in build.stderr:

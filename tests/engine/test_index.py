@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from tests.engine.conftest import CA_BUNDLE, bridge_address, files_holding, numpy_wheel, run_build_py
+from tests.engine.conftest import CA_BUNDLE, X86_DISTRIBUTION, bridge_address, files_holding, numpy_wheel, run_build_py
 
 pytestmark = pytest.mark.engine
 
@@ -56,7 +56,7 @@ def test_pip_takes_packages_from_the_given_index_and_ships_no_trace_of_it(client
         template = repo_copy / "templates" / "tools.Dockerfile.j2"
         template.write_text(template.read_text().replace("RUN python3 -m venv", f"RUN echo {unique_tag}\nRUN python3 -m venv", 1))
     result = run_build_py(
-        "--build-type", "tools", "--openblas-from", "distro", "--numpy-from", "wheel", "--builder", builder,
+        "--build-type", "tools", *X86_DISTRIBUTION, "--openblas-from", "distro", "--numpy-from", "wheel", "--builder", builder,
         "--ca-bundle", str(CA_BUNDLE), "--pip-index-url", url, "--tag", unique_tag, cwd=repo_copy,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
