@@ -145,9 +145,13 @@ def test_oci_labels_agree_with_the_tag(labels, ours, image_attrs):
     )
     for name in ("arch", "backend", "target"):
         assert labels.get(f"io.torchstack.{name}") == ours[name], f"label io.torchstack.{name} disagrees with the build"
+    # The release tag, or the dated tag a push adds beside it (TAG-YYYYMMDDHHMM), or a name of the user's.
+    dated = re.compile(re.escape(ours["release_tag"]) + r"-\d{12}")
     for repo_tag in image_attrs.get("RepoTags") or []:
         tag = repo_tag.rsplit(":", 1)[1]
-        assert tag == ours["release_tag"] or not tag.startswith("r"), f"{repo_tag} names another release than {ours['release_tag']}"
+        assert tag == ours["release_tag"] or dated.fullmatch(tag) or not tag.startswith("r"), (
+            f"{repo_tag} names another release than {ours['release_tag']}"
+        )
     assert ours["backend"] in ours["release_tag"], f"release tag {ours['release_tag']} does not name {ours['backend']}"
 
 
