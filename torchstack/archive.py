@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import lzma
+import os
 import re
 import subprocess
 import tarfile
@@ -131,7 +132,7 @@ def packages(suite: Suite, arch: str, keyring: Path | None = None) -> dict[str, 
         raise ArchiveUnreachable(f"{url}: its sha256 is not the one the signed InRelease gives")
     newest = _parse_packages(lzma.decompress(data).decode())
     cached.parent.mkdir(parents=True, exist_ok=True)
-    partial = cached.with_suffix(f".{id(newest)}.part")
+    partial = cached.with_suffix(f".{os.getpid()}.part")  # one per process: runs side by side write their own
     partial.write_text(json.dumps(newest))
     partial.replace(cached)
     return newest

@@ -34,9 +34,9 @@ class SecurityUpdatesPending(ToolkitError):
 def refresh(client, plan: Plan, image: str, context: Path, log_path: Path, note) -> tuple[str, list[archive.Upgrade]]:
     """The final stage's `image` with what the plan's suites hold newer (one layer), and those
     upgrades; `image` itself with --no-security-updates or a --base-image of the user's."""
-    if not plan.apt.updates or not plan.base_is_bootstrapped:
-        return client.images.get(image).id, []
     found = client.images.get(image)
+    if not plan.apt.updates or not plan.base_is_bootstrapped:
+        return found.id, []
     try:
         upgrades = archive.newer(archive.installed(client, found.id), plan.apt.suites, plan.arch.debian, plan.apt.keyring)
     except archive.ArchiveUnreachable as exc:
