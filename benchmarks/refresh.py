@@ -44,7 +44,9 @@ PACKAGE = "tzdata"
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="write the figures here")
-    parser.add_argument("--wheelhouse", default=os.environ.get("PIP_FIND_LINKS"), help="folder of the torch wheel (default $PIP_FIND_LINKS)")
+    parser.add_argument(
+        "--wheelhouse", default=os.environ.get("PIP_FIND_LINKS"), help="folder of the torch wheel (default $PIP_FIND_LINKS)"
+    )
     args = parser.parse_args()
     if not args.wheelhouse:
         raise SystemExit("benchmark: name the torch wheel's folder with --wheelhouse or $PIP_FIND_LINKS")
@@ -58,8 +60,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, throwaway_images(tag), LocalArchive(Path(tmp) / "site") as site:
         original = published_deb(PACKAGE, have, Path(tmp), debian_suites(name), arch)
         site.publish(f"{name}-security", arch)
-        request = [*README_ARGS, "--torch-wheel", args.wheelhouse, "--security-mirror", site.url,
-                   "--archive-keyring", str(site.keyring), "--no-test"]  # fmt: skip
+        request = [
+            *README_ARGS,
+            "--torch-wheel",
+            args.wheelhouse,
+            "--security-mirror",
+            site.url,
+            "--archive-keyring",
+            str(site.keyring),
+            "--no-test",
+        ]
         toolkit(*request, "--tag", tag)  # the build before the fix
         site.publish(f"{name}-security", arch, [rebuilt(original, Path(tmp), f"{have}+bench1")])
         refresh_s, refreshed = toolkit(*request, "--tag", tag)
@@ -70,8 +80,11 @@ def main() -> None:
         "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "arch": platform.machine()},
         "request": " ".join(README_ARGS),
         "fix": f"{PACKAGE} {have} -> {have}+bench1 in {name}-security",
-        "refresh": {"seconds": round(refresh_s, 1), "stages": {s["stage"]: s["status"] for s in refreshed["stages"]},
-                    "upgraded": refreshed["security_updates"]["upgraded"]},
+        "refresh": {
+            "seconds": round(refresh_s, 1),
+            "stages": {s["stage"]: s["status"] for s in refreshed["stages"]},
+            "upgraded": refreshed["security_updates"]["upgraded"],
+        },
         "cold": {"seconds": round(cold_s, 1), "stages": {s["stage"]: round(s["seconds"], 1) for s in cold["stages"]}},
         "refresh_cold_ratio": round(refresh_s / cold_s, 3),
         "goal": f"refresh_cold_ratio <= {GOAL}",

@@ -165,8 +165,9 @@ def example(image: str, script: str, args: list[str], plain: bool, env: tuple[st
     settings = [arg for setting in env for arg in ("-e", setting)] + (["--cpus", cpus] if cpus else [])
     result = subprocess.run(
         ["docker", "run", "--rm", *mount, *settings, image, "python3", f"{EXAMPLES}/{script}", *args, "--benchmark"],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+    )
     if result.returncode != 0:
         return {"error": (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[-1]}
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -210,17 +211,26 @@ def inference(ours: str, plain: str, workloads: list, rounds: int, runs: int, li
     rows = {}
     for name, found in times.items():
         median = {which: statistics.median(seconds) for which, seconds in found.items()}
-        rows[name] = {"ours_s": median["ours"], "plain_s": median["plain"], "ratio": round(median["plain"] / median["ours"], 3),
-                      "flipped_s": median["flipped"], "flipped_ratio": round(median["flipped"] / median["ours"], 3)}  # fmt: skip
+        rows[name] = {
+            "ours_s": median["ours"],
+            "plain_s": median["plain"],
+            "ratio": round(median["plain"] / median["ours"], 3),
+            "flipped_s": median["flipped"],
+            "flipped_ratio": round(median["flipped"] / median["ours"], 3),
+        }
         if limit:
-            rows[name].update(ours_limited_s=median["ours_limited"], plain_limited_s=median["plain_limited"],
-                              limited_ratio=round(median["plain_limited"] / median["ours_limited"], 3))  # fmt: skip
+            rows[name].update(
+                ours_limited_s=median["ours_limited"],
+                plain_limited_s=median["plain_limited"],
+                limited_ratio=round(median["plain_limited"] / median["ours_limited"], 3),
+            )
     compiled = [example(ours, "compile.py", ["--batch", "8", "--runs", str(runs)], plain=False) for _ in range(rounds)]
     # The plain image has no compiler: what torch.compile itself says there.
     plain_compile = subprocess.run(
         ["docker", "run", "--rm", plain, "python3", "-c", "import torch; torch.compile(lambda x: x * 2)(torch.ones(2))"],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+    )
     said = [line for line in plain_compile.stderr.splitlines() if "Error" in line.split(":", 1)[0] or "Compiler" in line]
     plain_said = (said or plain_compile.stderr.strip().splitlines() or [""])[-1][:200]
     ratios = [r["ratio"] for r in rows.values()]
@@ -316,8 +326,12 @@ def matrix_planning(catalog) -> dict:
             render_dockerfile(plan, stage)
             dockerfiles += 1
     command_s, _ = timed([sys.executable, str(ROOT / "build.py"), "matrix", "--format", "github"])
-    return {"jobs": len(found), "dockerfiles": dockerfiles, "plan_and_render_s": round(time.monotonic() - started - command_s, 2),
-            "matrix_command_s": round(command_s, 2)}  # fmt: skip
+    return {
+        "jobs": len(found),
+        "dockerfiles": dockerfiles,
+        "plan_and_render_s": round(time.monotonic() - started - command_s, 2),
+        "matrix_command_s": round(command_s, 2),
+    }
 
 
 # --- 3. size ---------------------------------------------------------------------------------
@@ -351,12 +365,19 @@ def sizes(ours: str, plain: str, os_image: str) -> dict:
     payload = image_size(os_image) + venv + libraries + added + toolkit_files
     final, plain_size = image_size(ours), image_size(plain)
     return {
-        "final": final, "os_image": image_size(os_image), "venv": venv, "compiled_libraries": libraries,
-        "debian_packages_added": added, "toolkit_files": toolkit_files, "payload": payload,
+        "final": final,
+        "os_image": image_size(os_image),
+        "venv": venv,
+        "compiled_libraries": libraries,
+        "debian_packages_added": added,
+        "toolkit_files": toolkit_files,
+        "payload": payload,
         "final_over_payload": round(final / payload, 3),
-        "plain": plain_size, "toolchain": toolchain, "plain_plus_toolchain": plain_size + toolchain,
+        "plain": plain_size,
+        "toolchain": toolchain,
+        "plain_plus_toolchain": plain_size + toolchain,
         "final_within_plain_plus_toolchain": final <= plain_size + toolchain,
-    }  # fmt: skip
+    }
 
 
 # --- the report ------------------------------------------------------------------------------
@@ -376,63 +397,91 @@ def verdict(holds: bool) -> str:
 
 def report(figures: dict) -> str:
     mib = 2**20
-    lines = [f"torchstack benchmarks, {figures['date']}: {figures['machine']['cpu']}, {figures['machine']['cores']} cores, "
-             f"{figures['machine']['arch']}{' (emulated: reported, not compared)' if figures['machine']['emulated'] else ''}"]  # fmt: skip
+    lines = [
+        f"torchstack benchmarks, {figures['date']}: {figures['machine']['cpu']}, {figures['machine']['cores']} cores, "
+        f"{figures['machine']['arch']}{' (emulated: reported, not compared)' if figures['machine']['emulated'] else ''}"
+    ]
     inf = figures["inference"]
     limit = inf["cpu_limit"]
     threads = ", ".join(f"{which} {count}" for which, count in inf["threads"].items())
-    lines += ["", f"1. inference, median seconds per run ({inf['rounds']} interleaved rounds x {inf['runs_per_round']} runs; "
-              f"threads: {threads})",
-              f"   {'workload':<24}{'ours':>10}{'plain pip':>11}{'ratio':>8}{'settings flipped':>18}{'ratio':>8}"
-              + (f"{f'ours --cpus={limit}':>16}{'plain':>10}{'ratio':>8}" if limit else "")]  # fmt: skip
+    lines += [
+        "",
+        f"1. inference, median seconds per run ({inf['rounds']} interleaved rounds x {inf['runs_per_round']} runs; threads: {threads})",
+        f"   {'workload':<24}{'ours':>10}{'plain pip':>11}{'ratio':>8}{'settings flipped':>18}{'ratio':>8}"
+        + (f"{f'ours --cpus={limit}':>16}{'plain':>10}{'ratio':>8}" if limit else ""),
+    ]
     for name, row in inf["workloads"].items():
-        lines.append(f"   {name:<24}{row['ours_s']:>10.4f}{row['plain_s']:>11.4f}{row['ratio']:>7.2f}x"
-                     f"{row['flipped_s']:>18.4f}{row['flipped_ratio']:>7.2f}x"
-                     + (f"{row['ours_limited_s']:>16.4f}{row['plain_limited_s']:>10.4f}{row['limited_ratio']:>7.2f}x" if limit else ""))  # fmt: skip
-    lines.append(f"   settings flipped (docker run -e): {' '.join(inf['flipped_settings']) or 'none'}; "
-                 "ratio = flipped time / our time")
+        lines.append(
+            f"   {name:<24}{row['ours_s']:>10.4f}{row['plain_s']:>11.4f}{row['ratio']:>7.2f}x"
+            f"{row['flipped_s']:>18.4f}{row['flipped_ratio']:>7.2f}x"
+            + (f"{row['ours_limited_s']:>16.4f}{row['plain_limited_s']:>10.4f}{row['limited_ratio']:>7.2f}x" if limit else "")
+        )
+    lines.append(f"   settings flipped (docker run -e): {' '.join(inf['flipped_settings']) or 'none'}; ratio = flipped time / our time")
     if limit:
-        lines.append(f"   under --cpus={limit}: mean seconds per run over {LIMITED_RUNS}x the runs (throughput; "
-                     "the median hides the quota's throttling)")
+        lines.append(
+            f"   under --cpus={limit}: mean seconds per run over {LIMITED_RUNS}x the runs (throughput; "
+            "the median hides the quota's throttling)"
+        )
     goals = figures["goals"]
-    lines.append(f"   median ratio {inf['median_ratio']:.2f}x (goal >= {GOALS['eager_median_ratio']}x: "
-                 f"{verdict(goals['eager_median_ratio'])}); worst {inf['worst_ratio']:.2f}x "
-                 f"(goal >= {GOALS['eager_worst_ratio']}x: {verdict(goals['eager_worst_ratio'])})")  # fmt: skip
+    lines.append(
+        f"   median ratio {inf['median_ratio']:.2f}x (goal >= {GOALS['eager_median_ratio']}x: "
+        f"{verdict(goals['eager_median_ratio'])}); worst {inf['worst_ratio']:.2f}x "
+        f"(goal >= {GOALS['eager_worst_ratio']}x: {verdict(goals['eager_worst_ratio'])})"
+    )
     if limit:
-        lines.append(f"   under --cpus={limit} of {figures['machine']['cores']} cores: median ratio {inf['limited_median_ratio']:.2f}x "
-                     f"(goal >= {GOALS['limited_median_ratio']}x: {verdict(goals['limited_median_ratio'])}); worst "
-                     f"{inf['limited_worst_ratio']:.2f}x (goal >= {GOALS['limited_worst_ratio']}x: {verdict(goals['limited_worst_ratio'])})")  # fmt: skip
+        lines.append(
+            f"   under --cpus={limit} of {figures['machine']['cores']} cores: median ratio {inf['limited_median_ratio']:.2f}x "
+            f"(goal >= {GOALS['limited_median_ratio']}x: {verdict(goals['limited_median_ratio'])}); worst "
+            f"{inf['limited_worst_ratio']:.2f}x (goal >= {GOALS['limited_worst_ratio']}x: {verdict(goals['limited_worst_ratio'])})"
+        )
     else:
         lines.append("   no CPU limit below this host's single core to measure under")
     comp = inf["compile"]
-    lines.append(f"   torch.compile in ours: {comp['speedup']:.2f}x eager (goal >= {GOALS['compile_speedup']}x: "
-                 f"{verdict(goals['compile_speedup'])}); in the plain image: {comp['plain_image']}")  # fmt: skip
+    lines.append(
+        f"   torch.compile in ours: {comp['speedup']:.2f}x eager (goal >= {GOALS['compile_speedup']}x: "
+        f"{verdict(goals['compile_speedup'])}); in the plain image: {comp['plain_image']}"
+    )
     over = figures["overhead"]
     noop = over["noop"]
-    lines += ["", "2. toolkit overhead",
-              f"   no-op rebuild: ./build.py {noop['toolkit_s']:.2f} s, docker build of the same Dockerfiles {noop['docker_build_s']:.2f} s: "
-              f"{noop['ratio']:.2f}x (goal <= {GOALS['noop_overhead']}x: {verdict(goals['noop_overhead'])}); "
-              f"same image IDs: {noop['same_images']}; checks: {noop['checks']}"]  # fmt: skip
+    lines += [
+        "",
+        "2. toolkit overhead",
+        f"   no-op rebuild: ./build.py {noop['toolkit_s']:.2f} s, docker build of the same Dockerfiles {noop['docker_build_s']:.2f} s: "
+        f"{noop['ratio']:.2f}x (goal <= {GOALS['noop_overhead']}x: {verdict(goals['noop_overhead'])}); "
+        f"same image IDs: {noop['same_images']}; checks: {noop['checks']}",
+    ]
     if "final_only" in over:
         final_only, cold = over["final_only"], over["cold"]
         rebuilt = [s for s, status in final_only["stages"].items() if status != "cached"]
-        lines.append(f"   change to the final stage only: {final_only['seconds']:.0f} s, rebuilt: {', '.join(rebuilt)}; "
-                     f"cold build {cold['seconds']:.0f} s; ratio {final_only['seconds'] / cold['seconds']:.2f}")  # fmt: skip
+        lines.append(
+            f"   change to the final stage only: {final_only['seconds']:.0f} s, rebuilt: {', '.join(rebuilt)}; "
+            f"cold build {cold['seconds']:.0f} s; ratio {final_only['seconds'] / cold['seconds']:.2f}"
+        )
     mat = over["matrix"]
-    lines.append(f"   whole matrix: {mat['jobs']} builds planned, {mat['dockerfiles']} Dockerfiles rendered in "
-                 f"{mat['plan_and_render_s']:.2f} s; `./build.py matrix --format github` {mat['matrix_command_s']:.2f} s")  # fmt: skip
+    lines.append(
+        f"   whole matrix: {mat['jobs']} builds planned, {mat['dockerfiles']} Dockerfiles rendered in "
+        f"{mat['plan_and_render_s']:.2f} s; `./build.py matrix --format github` {mat['matrix_command_s']:.2f} s"
+    )
     size = figures["size"]
-    lines += ["", "3. size (MiB)",
-              f"   final image {size['final'] / mib:,.0f}; payload {size['payload'] / mib:,.0f} = OS image {size['os_image'] / mib:,.0f}"
-              f" + venv {size['venv'] / mib:,.0f} + compiled libraries {size['compiled_libraries'] / mib:,.0f}"
-              f" + Debian packages {size['debian_packages_added'] / mib:,.0f} + examples and build-info {size['toolkit_files'] / mib:,.2f}",
-              f"   final / payload {size['final_over_payload']:.3f} (goal <= {GOALS['final_over_payload']}: {verdict(goals['final_over_payload'])})",
-              f"   plain pip image {size['plain'] / mib:,.0f} + toolchain {size['toolchain'] / mib:,.0f} = {size['plain_plus_toolchain'] / mib:,.0f}: "
-              f"final no larger: {verdict(size['final_within_plain_plus_toolchain'])}"]  # fmt: skip
+    lines += [
+        "",
+        "3. size (MiB)",
+        f"   final image {size['final'] / mib:,.0f}; payload {size['payload'] / mib:,.0f} = OS image {size['os_image'] / mib:,.0f}"
+        f" + venv {size['venv'] / mib:,.0f} + compiled libraries {size['compiled_libraries'] / mib:,.0f}"
+        f" + Debian packages {size['debian_packages_added'] / mib:,.0f} + examples and build-info {size['toolkit_files'] / mib:,.2f}",
+        f"   final / payload {size['final_over_payload']:.3f} "
+        f"(goal <= {GOALS['final_over_payload']}: {verdict(goals['final_over_payload'])})",
+        f"   plain pip image {size['plain'] / mib:,.0f} + toolchain {size['toolchain'] / mib:,.0f} "
+        f"= {size['plain_plus_toolchain'] / mib:,.0f}: "
+        f"final no larger: {verdict(size['final_within_plain_plus_toolchain'])}",
+    ]
     if "cold" in over:
         stages = ", ".join(f"{s} {t:.0f} s" for s, t in over["cold"]["stages"].items())
-        lines += ["", f"4. cold build per stage: {stages}; total {over['cold']['seconds']:.0f} s",
-                  "   (a cold `bash .ci/run`: see the README, measured with a fresh host)"]
+        lines += [
+            "",
+            f"4. cold build per stage: {stages}; total {over['cold']['seconds']:.0f} s",
+            "   (a cold `bash .ci/run`: see the README, measured with a fresh host)",
+        ]
     lines += ["", f"plain image built in {figures['plain_build_s']:.0f} s; whole benchmark {figures['seconds']:.0f} s"]
     return "\n".join(lines)
 
@@ -441,11 +490,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per workload (default 5)")
     parser.add_argument("--runs", type=int, default=20, help="timed runs inside each example run (default 20)")
-    parser.add_argument("--cpus", help="the CPU limit of the deployment case, as docker run --cpus takes it "
-                        "(default: half the host's cores; '' leaves the case out)")
+    parser.add_argument(
+        "--cpus",
+        help="the CPU limit of the deployment case, as docker run --cpus takes it (default: half the host's cores; '' leaves the case out)",
+    )
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--short", action="store_true", help="one round of two small workloads; no cold or final-stage build")
-    parser.add_argument("--wheelhouse", default=os.environ.get("PIP_FIND_LINKS"), help="folder of the torch wheel (default $PIP_FIND_LINKS)")
+    parser.add_argument(
+        "--wheelhouse", default=os.environ.get("PIP_FIND_LINKS"), help="folder of the torch wheel (default $PIP_FIND_LINKS)"
+    )
     args = parser.parse_args()
     if not args.wheelhouse:
         raise SystemExit("benchmark: name the torch wheel's folder with --wheelhouse or $PIP_FIND_LINKS")
@@ -467,8 +520,14 @@ def main() -> None:
         "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "arch": plan.arch.name, "emulated": plan.emulated},
         "images": {"ours": ours, "plain": plain},
         "plain_build_s": round(plain_build_s, 1),
-        "inference": inference(ours, plain, SHORT_WORKLOADS if args.short else WORKLOADS, args.rounds, args.runs,
-                               args.cpus if args.cpus is not None else cpu_limit(os.cpu_count() or 1)),
+        "inference": inference(
+            ours,
+            plain,
+            SHORT_WORKLOADS if args.short else WORKLOADS,
+            args.rounds,
+            args.runs,
+            args.cpus if args.cpus is not None else cpu_limit(os.cpu_count() or 1),
+        ),
         "overhead": {"noop": noop_overhead(plan, args.wheelhouse, args.rounds), "matrix": matrix_planning(catalog)},
         "size": sizes(ours, plain, plan.base_image),
     }

@@ -8,15 +8,16 @@ import json
 import platform
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
 
 def options(description: str, batch: int = 1, **defaults: int | str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--benchmark", action="store_true",
-                        help="time the workload (warm-up, several runs, median) and print one JSON line")
+    parser.add_argument(
+        "--benchmark", action="store_true", help="time the workload (warm-up, several runs, median) and print one JSON line"
+    )
     parser.add_argument("--batch", type=int, default=batch, help=f"batch size (default {batch})")
     parser.add_argument("--runs", type=int, default=10, help="timed runs in --benchmark mode (default 10)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed runs first (default 3)")
@@ -43,10 +44,15 @@ def report(example: str, args: argparse.Namespace, times: list[float], items: in
     process for part of each period)."""
     median = statistics.median(times)
     result = {
-        "example": example, "batch": args.batch, "runs": len(times), "median_s": round(median, 6),
+        "example": example,
+        "batch": args.batch,
+        "runs": len(times),
+        "median_s": round(median, 6),
         "mean_s": round(statistics.fmean(times), 6),
-        "threads": torch.get_num_threads(), "torch": torch.__version__, "machine": platform.machine(),
-    }  # fmt: skip
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "machine": platform.machine(),
+    }
     if items is not None:
         result["per_s"] = round(items / median, 2)
     result.update(extra)

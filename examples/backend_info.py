@@ -10,8 +10,10 @@ except ImportError:
 print(f"torch {torch.__version__}")
 print(f"CPU capability: {torch.backends.cpu.get_cpu_capability()}")
 print(f"oneDNN (mkldnn) available: {torch.backends.mkldnn.is_available()}")
-print(f"threads: {torch.get_num_threads()}"
-      + (f" ({torchstack_startup.decision})" if torchstack_startup else " (not a torchstack image: torch's own choice)"))
+print(
+    f"threads: {torch.get_num_threads()}"
+    + (f" ({torchstack_startup.decision})" if torchstack_startup else " (not a torchstack image: torch's own choice)")
+)
 if torchstack_startup:
     print(f"torch.compile scratch: {torchstack_startup.scratch}")
 for line in torch.__config__.show().splitlines():

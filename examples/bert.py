@@ -1,12 +1,11 @@
 """A BERT-style encoder (random weights) embedding token sequences; checked against float64.
 
-    python3 bert.py [--batch 8] [--seq-len 128] [--benchmark]
+python3 bert.py [--batch 8] [--seq-len 128] [--benchmark]
 """
 
 import torch
-from torch import nn
-
 from _bench import options, report, seconds_per_run
+from torch import nn
 
 
 class Encoder(nn.Module):
@@ -40,8 +39,7 @@ def main() -> None:
         times = seconds_per_run(lambda: model(ids), args.runs, args.warmup)
         report("bert", args, times, items=args.batch, seq_len=args.seq_len)
     else:
-        print(f"bert: {args.batch} sequence(s) of {args.seq_len} tokens -> embeddings {tuple(embedding.shape)}, "
-              "matches float64")
+        print(f"bert: {args.batch} sequence(s) of {args.seq_len} tokens -> embeddings {tuple(embedding.shape)}, matches float64")
 
 
 if __name__ == "__main__":

@@ -13,17 +13,19 @@ import sys
 
 import torch
 import torch._inductor.config
-from torch._inductor import cpu_vec_isa
-
 from _bench import options, report, seconds_per_run
 from resnet import resnet
+from torch._inductor import cpu_vec_isa
 
 
 def main() -> None:
     args = options(__doc__.splitlines()[0], image_size=64)
     if shutil.which("g++") is None and shutil.which("c++") is None:
-        print("compile: torch.compile needs a C++ compiler, and this image has none (a slim runtime); "
-              "run the model in eager mode, or use the default image", file=sys.stderr)
+        print(
+            "compile: torch.compile needs a C++ compiler, and this image has none (a slim runtime); "
+            "run the model in eager mode, or use the default image",
+            file=sys.stderr,
+        )
         sys.exit(3)
     torch.manual_seed(0)
     model = resnet(widths=(32, 64, 128, 256)).eval()
@@ -38,12 +40,20 @@ def main() -> None:
         for _ in range(args.runs):  # interleaved, so that drift hits both alike
             eager += seconds_per_run(lambda: model(images), 1, 0 if eager else args.warmup)
             fast += seconds_per_run(lambda: compiled(images), 1, 0 if fast else args.warmup)
-        report("compile", args, fast, items=args.batch, image_size=args.image_size,
-               eager_median_s=round(statistics.median(eager), 6),
-               speedup=round(statistics.median(eager) / statistics.median(fast), 3))
+        report(
+            "compile",
+            args,
+            fast,
+            items=args.batch,
+            image_size=args.image_size,
+            eager_median_s=round(statistics.median(eager), 6),
+            speedup=round(statistics.median(eager) / statistics.median(fast), 3),
+        )
     else:
-        print(f"compile: torch.compile of a ResNet-style model on {args.batch} image(s) matches eager mode; "
-              f"Inductor's vector ISA: {cpu_vec_isa.pick_vec_isa()!r}")
+        print(
+            f"compile: torch.compile of a ResNet-style model on {args.batch} image(s) matches eager mode; "
+            f"Inductor's vector ISA: {cpu_vec_isa.pick_vec_isa()!r}"
+        )
 
 
 if __name__ == "__main__":

@@ -6,10 +6,9 @@ Checks that each cached step's logits are those of the whole sequence computed a
 """
 
 import torch
+from _bench import options, report, seconds_per_run
 from torch import nn
 from torch.nn import functional as F
-
-from _bench import options, report, seconds_per_run
 
 
 class Attention(nn.Module):
@@ -82,14 +81,23 @@ def main() -> None:
     with torch.inference_mode():
         ids, steps = generate(model, prompt, args.new_tokens)
         whole, _ = model(torch.cat([prompt, ids[:, :-1]], 1))
-    torch.testing.assert_close(steps, whole[:, args.prompt_len - 1:], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(steps, whole[:, args.prompt_len - 1 :], rtol=1e-4, atol=1e-4)
     if args.benchmark:
         times = seconds_per_run(lambda: generate(model, prompt, args.new_tokens), args.runs, args.warmup)
-        report("decoder_lm", args, times, items=args.batch * args.new_tokens, unit="tokens",
-               prompt_len=args.prompt_len, new_tokens=args.new_tokens)
+        report(
+            "decoder_lm",
+            args,
+            times,
+            items=args.batch * args.new_tokens,
+            unit="tokens",
+            prompt_len=args.prompt_len,
+            new_tokens=args.new_tokens,
+        )
     else:
-        print(f"decoder_lm: generated {args.new_tokens} token(s) for {args.batch} prompt(s) with a KV cache, "
-              f"first ids {ids[0, :8].tolist()}; the same logits as without the cache")
+        print(
+            f"decoder_lm: generated {args.new_tokens} token(s) for {args.batch} prompt(s) with a KV cache, "
+            f"first ids {ids[0, :8].tolist()}; the same logits as without the cache"
+        )
 
 
 if __name__ == "__main__":

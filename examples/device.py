@@ -7,9 +7,8 @@ torch.accelerator names the current accelerator (CUDA, XPU, or a plugin's device
 """
 
 import torch
-from torch import nn
-
 from _bench import options, report, seconds_per_run
+from torch import nn
 
 
 def pick_device() -> torch.device:
@@ -34,8 +33,7 @@ def main() -> None:
         times = seconds_per_run(lambda: model(inputs), args.runs, args.warmup)
         report("device", args, times, items=args.batch, device=str(device))
     else:
-        print(f"device: ran on {device} ({'an accelerator' if device.type != 'cpu' else 'no accelerator found'}), "
-              "matches the CPU")
+        print(f"device: ran on {device} ({'an accelerator' if device.type != 'cpu' else 'no accelerator found'}), matches the CPU")
 
 
 if __name__ == "__main__":

@@ -7,14 +7,13 @@ a quantized engine in the torch build (x86, fbgemm, onednn or qnnpack); a build 
 """
 
 import io
-import warnings
 import statistics
 import sys
+import warnings
 
 import torch
-from torch import nn
-
 from _bench import options, report, seconds_per_run
+from torch import nn
 
 
 def size_mib(model: nn.Module) -> float:
@@ -35,8 +34,7 @@ def main() -> None:
         torch.backends.quantized.engine = args.engine
     torch.manual_seed(0)
     width = args.width
-    model = nn.Sequential(nn.Linear(width, 4 * width), nn.ReLU(), nn.Linear(4 * width, width), nn.ReLU(),
-                          nn.Linear(width, 10)).eval()  # fmt: skip
+    model = nn.Sequential(nn.Linear(width, 4 * width), nn.ReLU(), nn.Linear(4 * width, width), nn.ReLU(), nn.Linear(width, 10)).eval()
     # torch.ao.quantization and quantized dtypes are deprecated for torchao, which builds on the same kernels.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -50,11 +48,20 @@ def main() -> None:
     if args.benchmark:
         times = seconds_per_run(lambda: quantized(x), args.runs, args.warmup)
         float_times = seconds_per_run(lambda: model(x), args.runs, args.warmup)
-        report("quantization", args, times, items=args.batch, engine=torch.backends.quantized.engine,
-               float_median_s=round(statistics.median(float_times), 6), relative_error=round(error, 5))
+        report(
+            "quantization",
+            args,
+            times,
+            items=args.batch,
+            engine=torch.backends.quantized.engine,
+            float_median_s=round(statistics.median(float_times), 6),
+            relative_error=round(error, 5),
+        )
     else:
-        print(f"quantization: int8 weights on the {torch.backends.quantized.engine} engine, "
-              f"{size_mib(model):.1f} -> {size_mib(quantized):.1f} MiB, {error:.2%} off the float results")
+        print(
+            f"quantization: int8 weights on the {torch.backends.quantized.engine} engine, "
+            f"{size_mib(model):.1f} -> {size_mib(quantized):.1f} MiB, {error:.2%} off the float results"
+        )
 
 
 if __name__ == "__main__":

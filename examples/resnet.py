@@ -1,12 +1,11 @@
 """A ResNet-style image classifier (random weights) for inference; checked against float64.
 
-    python3 resnet.py [--batch 8] [--image-size 224] [--benchmark]
+python3 resnet.py [--batch 8] [--image-size 224] [--benchmark]
 """
 
 import torch
-from torch import nn
-
 from _bench import options, report, seconds_per_run
+from torch import nn
 
 
 class Block(nn.Module):
@@ -50,8 +49,9 @@ def main() -> None:
         times = seconds_per_run(lambda: model(images), args.runs, args.warmup)
         report("resnet", args, times, items=args.batch, unit="images", image_size=args.image_size)
     else:
-        print(f"resnet: {args.batch} image(s) of {args.image_size}x{args.image_size} -> classes "
-              f"{logits.argmax(1).tolist()}, matches float64")
+        print(
+            f"resnet: {args.batch} image(s) of {args.image_size}x{args.image_size} -> classes {logits.argmax(1).tolist()}, matches float64"
+        )
 
 
 if __name__ == "__main__":

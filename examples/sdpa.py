@@ -1,14 +1,13 @@
 """Scaled dot product attention, the fused kernel every transformer uses, against its formula.
 
-    python3 sdpa.py [--batch 8] [--seq-len 512] [--benchmark]
+python3 sdpa.py [--batch 8] [--seq-len 512] [--benchmark]
 """
 
 import math
 
 import torch
-from torch.nn import functional as F
-
 from _bench import options, report, seconds_per_run
+from torch.nn import functional as F
 
 HEADS, HEAD_DIM = 8, 64
 

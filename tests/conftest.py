@@ -12,9 +12,9 @@ import docker
 import pytest
 
 from torchstack.model import load_catalog
-from torchstack.sources import state_dir
 from torchstack.plan import Request
 from torchstack.planner import make_plan
+from torchstack.sources import state_dir
 
 NOW = datetime(2026, 11, 21, tzinfo=timezone.utc)
 
@@ -46,8 +46,9 @@ def build_plugin_wheels(out: Path, names: tuple[str, ...] | None = None) -> dict
         before = set(out.glob("*.whl"))
         result = subprocess.run(
             [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--wheel-dir", str(out), str(copy)],
-            capture_output=True, text=True,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+        )
         assert result.returncode == 0, f"pip could not build {source.name}:\n{result.stderr[-2000:]}"
         (wheel,) = set(out.glob("*.whl")) - before
         built[source.name] = wheel
@@ -91,7 +92,9 @@ def _host_state() -> dict[str, set[str]]:
         client.ping()
     except docker.errors.DockerException:
         return state  # no engine: the unit tests alone
-    state["containers"] = {f"{c.short_id} {c.name} ({' '.join(c.attrs['Config']['Cmd'] or [])[:60]})" for c in client.containers.list(all=True)}
+    state["containers"] = {
+        f"{c.short_id} {c.name} ({' '.join(c.attrs['Config']['Cmd'] or [])[:60]})" for c in client.containers.list(all=True)
+    }
     state["networks"] = {n.name for n in client.networks.list()}
     state["image names"] = {t for i in client.images.list() for t in i.tags if not t.startswith("torchstack")}
     return state
@@ -121,8 +124,10 @@ def pytest_sessionfinish(session):
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     reporter.write("\n")
     if not left:
-        reporter.write_line("the host is as the tests found it: no container, network, image name, mount, "
-                            "temporary folder, build context or process of theirs left")  # fmt: skip
+        reporter.write_line(
+            "the host is as the tests found it: no container, network, image name, mount, "
+            "temporary folder, build context or process of theirs left"
+        )
         return
     for kind, found in left.items():
         reporter.write_line(f"LEFT BEHIND: {len(found)} {kind}: {'; '.join(found)}", red=True)

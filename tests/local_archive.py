@@ -52,8 +52,10 @@ class LocalArchive:
             f" {hashlib.sha256(p.read_bytes()).hexdigest()} {p.stat().st_size} main/binary-{arch}/{p.name}\n"
             for p in (binary / "Packages", binary / "Packages.xz")
         )
-        release = (f"Origin: torchstack-test\nLabel: torchstack-test\nSuite: {suite}\nCodename: {suite}\n"
-                   f"Date: {email.utils.formatdate(usegmt=True)}\nArchitectures: {arch}\nComponents: main\nSHA256:\n{sums}")  # fmt: skip
+        release = (
+            f"Origin: torchstack-test\nLabel: torchstack-test\nSuite: {suite}\nCodename: {suite}\n"
+            f"Date: {email.utils.formatdate(usegmt=True)}\nArchitectures: {arch}\nComponents: main\nSHA256:\n{sums}"
+        )
         dists = self.root / "dists" / suite
         (dists / "Release").write_text(release)
         (dists / "InRelease").write_bytes(self._gpg("--clearsign", "--output", "-", str(dists / "Release")))
@@ -106,8 +108,11 @@ def published_deb(name: str, version: str, dest: Path, suites: list[tuple[str, s
 
 def debian_suites(release: str) -> list[tuple[str, str]]:
     """Debian's own three suites of `release`: where a package of an image built on them is published."""
-    return [("http://deb.debian.org/debian-security", f"{release}-security"), ("http://deb.debian.org/debian", release),
-            ("http://deb.debian.org/debian", f"{release}-updates")]  # fmt: skip
+    return [
+        ("http://deb.debian.org/debian-security", f"{release}-security"),
+        ("http://deb.debian.org/debian", release),
+        ("http://deb.debian.org/debian", f"{release}-updates"),
+    ]
 
 
 def download(url: str, dest: Path) -> Path:

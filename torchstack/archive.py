@@ -87,7 +87,9 @@ def _verified(inrelease: bytes, url: str, keyring: Path | None) -> str:
             raise ToolkitError("gpgv is not installed: run scripts/setup-host.sh (Debian's package gpgv)") from None
     if result.returncode != 0:
         why = (result.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
-        raise ArchiveUnreachable(f"{url}: the signature does not verify with Debian's keys{' or --archive-keyring' if keyring else ''} ({why})")
+        raise ArchiveUnreachable(
+            f"{url}: the signature does not verify with Debian's keys{' or --archive-keyring' if keyring else ''} ({why})"
+        )
     return result.stdout.decode()
 
 
@@ -146,7 +148,9 @@ def require_suites(apt: AptSources) -> None:
             release(suite, apt.keyring)
         except ArchiveUnreachable as exc:
             option = "--security-mirror" if suite.kind == "security" else "--debian-mirror"
-            instead = "; or --no-security-updates to build without them, named in the image's tag and labels" if suite.kind != "release" else ""
+            instead = (
+                "; or --no-security-updates to build without them, named in the image's tag and labels" if suite.kind != "release" else ""
+            )
             raise UsageProblem(f"{option} {suite.url}: no usable {suite.name} suite ({exc}){instead}") from None
 
 
@@ -223,8 +227,11 @@ def _entries(text: str) -> list[tuple[str, list[str]]]:
     """(URL, suites) of each binary source in a sources.list or deb822 .sources text."""
     if re.search(r"^Types:", text, re.MULTILINE):
         stanzas = [dict(re.findall(r"^([\w-]+): *(.*)$", s, re.MULTILINE)) for s in text.split("\n\n")]
-        return [(s["URIs"].split()[0], s.get("Suites", "").split()) for s in stanzas
-                if "deb" in s.get("Types", "").split() and s.get("URIs") and s.get("Enabled", "yes") != "no"]
+        return [
+            (s["URIs"].split()[0], s.get("Suites", "").split())
+            for s in stanzas
+            if "deb" in s.get("Types", "").split() and s.get("URIs") and s.get("Enabled", "yes") != "no"
+        ]
     found = []
     for line in text.splitlines():
         words = re.sub(r"\[[^]]*\]", "", line.split("#", 1)[0]).split()

@@ -55,12 +55,17 @@ def ensure_base_image(client: docker.DockerClient, plan: Plan, force: bool = Fal
     with tempfile.TemporaryDirectory(prefix="torchstack-rootfs-") as work:
         rootfs = Path(work) / "rootfs.tar"
         command = [
-            "mmdebstrap", "--variant=minbase", f"--architectures={plan.arch.debian}", "--quiet",
+            "mmdebstrap",
+            "--variant=minbase",
+            f"--architectures={plan.arch.debian}",
+            "--quiet",
             *(f"--dpkgopt={option}" for option in SLIM_DPKG_OPTIONS),
             *(f"--aptopt={option}" for option in SLIM_APT_OPTIONS),
             *(f"--keyring={k}" for k in ((DEBIAN_KEYRING, plan.apt.keyring) if plan.apt.keyring else ())),
-            distribution.name, str(rootfs), *(suite.line for suite in plan.apt.suites),
-        ]  # fmt: skip
+            distribution.name,
+            str(rootfs),
+            *(suite.line for suite in plan.apt.suites),
+        ]
         # A fixed SOURCE_DATE_EPOCH makes the tarball reproducible for the same package versions.
         env = {**os.environ, "SOURCE_DATE_EPOCH": os.environ.get("SOURCE_DATE_EPOCH", "1704067200")}
         result = subprocess.run(command, capture_output=True, text=True, env=env)

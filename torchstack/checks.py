@@ -105,6 +105,28 @@ def _summary(result: subprocess.CompletedProcess, output: str, select: str | Non
     return ", ".join(f"{n} {word}" for n, word in counts) if counts else f"pytest exit status {result.returncode}"
 
 
+def _stage_and_backend(catalog: Catalog, labels: dict, stage: str | None, backend: str | None) -> tuple[str, str | None]:
+    """The stage and backend to check the image as: as given, else as its labels say (a stage: final)."""
+    stage = stage or labels.get("io.torchstack.stage") or "final"
+    if stage not in [s.name for s in catalog.stages]:
+        raise UsageProblem(f"--stage {stage!r}: valid: {', '.join(s.name for s in catalog.stages)}")
+    backend = backend or labels.get("io.torchstack.backend")
+    if backend is not None and backend not in catalog.backends:
+        raise UsageProblem(f"--backend {backend!r}: valid: {', '.join(sorted(catalog.backends))}")
+    return stage, backend
+
+
+def _pytest_command(folders: list[str], image: str, stage: str, kind: str, backend: str | None, select: str | None) -> list[str]:
+    """The pytest run of the check folders against the image (tests/image/conftest.py reads its options)."""
+    command = [sys.executable, "-m", "pytest", *folders, "--rootdir", str(ROOT), "-p", "no:cacheprovider"]
+    command += ["--image", image, "--stage", stage, "--engine", kind, "-rfsx", "--tb=short", "--no-header", "-q"]
+    if backend:
+        command += ["--backend", backend]
+    if select:
+        command += ["-k", select]
+    return command
+
+
 def run_checks(
     client: docker.DockerClient,
     engine: Engine,
@@ -125,24 +147,12 @@ def run_checks(
         labels = found.labels or {}
     except docker.errors.ImageNotFound:
         raise ToolkitError(f"image {image} is not in the engine") from None
-    stage = stage or labels.get("io.torchstack.stage") or "final"
-    if stage not in [s.name for s in catalog.stages]:
-        raise UsageProblem(f"--stage {stage!r}: valid: {', '.join(s.name for s in catalog.stages)}")
-    backend = backend or labels.get("io.torchstack.backend")
-    if backend is not None and backend not in catalog.backends:
-        raise UsageProblem(f"--backend {backend!r}: valid: {', '.join(sorted(catalog.backends))}")
+    stage, backend = _stage_and_backend(catalog, labels, stage, backend)
     fingerprint = checks_fingerprint(stage, backend, engine.kind)
     if reuse and not select and (summary := earlier_pass(found.id, fingerprint)):
         return CheckOutcome(passed=True, summary=summary, reused=True)
     folders = [str(CHECKS / name) for name in stage_lineage(catalog, stage) if (CHECKS / name).is_dir()]
-    command = [
-        sys.executable, "-m", "pytest", *folders, "--rootdir", str(ROOT), "-p", "no:cacheprovider",
-        "--image", image, "--stage", stage, "--engine", engine.kind, "-rfsx", "--tb=short", "--no-header", "-q",
-    ]  # fmt: skip
-    if backend:
-        command += ["--backend", backend]
-    if select:
-        command += ["-k", select]
+    command = _pytest_command(folders, image, stage, engine.kind, backend, select)
     # The checks reach the same engine: the SDK through DOCKER_HOST; testinfra through the engine's
     # CLI, podman's as a client of the same service (CONTAINER_HOST).
     # The containers they start carry this run's owner: whatever they leave, however the run ends
@@ -150,8 +160,14 @@ def run_checks(
     reach = {"DOCKER_HOST": engine.url, **({"CONTAINER_HOST": engine.url} if engine.kind == "podman" else {})}
     started = time.monotonic()
     try:
-        result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, preexec_fn=sharing.die_with_parent,
-                                env={**os.environ, **reach, sharing.ENV: sharing.owner()})  # fmt: skip
+        result = subprocess.run(
+            command,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            preexec_fn=sharing.die_with_parent,
+            env={**os.environ, **reach, sharing.ENV: sharing.owner()},
+        )
     finally:
         sharing.remove_containers(client)
     seconds = time.monotonic() - started

@@ -1,7 +1,10 @@
-"""The command line, from arguments to exit status: build (the default), plan, render, list, matrix, fetch, bootstrap, manifest, inspect, test, verify, policy."""
+"""The command line, from arguments to exit status, for build (the default) as for every other subcommand.
+
+The subcommands: build, plan, render, list, matrix, fetch, bootstrap, manifest, inspect, test, verify, policy."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -9,16 +12,16 @@ import click
 import docker.errors
 from click.core import ParameterSource
 
-from torchstack import __version__, sharing, tags
+from torchstack import __version__, image_commands, sharing
 from torchstack.connection import choose, connect
 from torchstack.errors import DataError, ToolkitError, UsageProblem
 from torchstack.model import Catalog, load_catalog
 from torchstack.options import archive_options, build_options, check_json_file, engine_option, plan_options, request_from, writable_folder
 from torchstack.plan import Request
 from torchstack.planner import make_plan
-from torchstack.reports import backend_details, format_inspection, format_plan
+from torchstack.reports import backend_details, format_plan
+from torchstack.run_options import RunOptions
 from torchstack.sharing import Terminated
-from torchstack.sources import state_dir
 
 
 def _fail(message: str, code: int) -> None:
@@ -53,9 +56,23 @@ def _refuse_options_before(ctx: click.Context) -> None:
     given = [p.opts[0] for p in ctx.command.params if ctx.get_parameter_source(p.name) == ParameterSource.COMMANDLINE]
     if given:
         command = ctx.invoked_subcommand
-        raise UsageProblem(f"{', '.join(given)} given before the {command} command, which would ignore "
-                           f"{'them' if len(given) > 1 else 'it'}: put the command first "
-                           f"(`./build.py {command} --help` lists its options)")  # fmt: skip
+        raise UsageProblem(
+            f"{', '.join(given)} given before the {command} command, which would ignore "
+            f"{'them' if len(given) > 1 else 'it'}: put the command first "
+            f"(`./build.py {command} --help` lists its options)"
+        )
+
+
+def _print_dry_run(plan, run: RunOptions, pushes: list) -> None:
+    """--dry-run: the plan, the engine, and what the build would pull, push and sign."""
+    click.echo(format_plan(plan))
+    click.echo(f"engine        {choose(run.engine).describe()}")
+    if run.cache_from:
+        click.echo(f"cache from    {run.cache_from}: each stage image above, pulled where this engine lacks it")
+    for local, remote in pushes:
+        click.echo(f"push          {local} -> {remote}")
+    if run.sign:
+        click.echo("sign          the pushed release image, by digest, with its SBOM and provenance attested (cosign)")
 
 
 def _build_group(catalog: Catalog) -> click.Group:
@@ -75,34 +92,28 @@ def _build_group(catalog: Catalog) -> click.Group:
         if ctx.invoked_subcommand is not None:
             _refuse_options_before(ctx)
             return
-        check_json_file(options["json_file"])
+        run = RunOptions.from_cli(options)
+        check_json_file(run.json_file)
         request = request_from(options)
         plan = make_plan(catalog, request)
         pushes = []
-        if options["push"] or options["push_stages"]:
+        if run.push or run.push_stages:
             from torchstack.publish import wanted
 
             # Refused here, before any work; the build names the images again once its plan is final.
-            pushes = wanted(plan, options["registry"], options["push_stages"], checked=not options["no_test"])
-        if options["sign"]:
+            pushes = wanted(plan, run.registry, run.push_stages, checked=not run.no_test)
+        if run.sign:
             from torchstack.signing import check_key
 
-            if not options["push"]:
+            if not run.push:
                 raise UsageProblem("--sign signs what --push sends: add --push and --registry")
-            options["sign"] = check_key(options["sign"], "--sign", private=True)
-        if options["dry_run"]:
-            click.echo(format_plan(plan))
-            click.echo(f"engine        {choose(options['engine']).describe()}")
-            if options["cache_from"]:
-                click.echo(f"cache from    {options['cache_from']}: each stage image above, pulled where this engine lacks it")
-            for local, remote in pushes:
-                click.echo(f"push          {local} -> {remote}")
-            if options["sign"]:
-                click.echo("sign          the pushed release image, by digest, with its SBOM and provenance attested (cosign)")
+            run = dataclasses.replace(run, sign=check_key(run.sign, "--sign", private=True))
+        if run.dry_run:
+            _print_dry_run(plan, run, pushes)
             return
         from torchstack.pipeline import run_build
 
-        run_build(catalog, request, plan, options)
+        run_build(catalog, request, plan, run)
 
     return cli
 
@@ -126,8 +137,12 @@ def _plan_command(catalog: Catalog) -> click.Command:
 
 def _render_command(catalog: Catalog) -> click.Command:
     @click.command("render")
-    @click.option("--output", required=True, type=click.Path(file_okay=False, path_type=Path),
-                  help="Folder to write one build context per stage into.")
+    @click.option(
+        "--output",
+        required=True,
+        type=click.Path(file_okay=False, path_type=Path),
+        help="Folder to write one build context per stage into.",
+    )
     @plan_options(catalog)
     def render_command(output: Path, **options) -> None:
         """Write each stage's Dockerfile and build context to a folder."""
@@ -168,8 +183,14 @@ def _list_command(catalog: Catalog) -> click.Command:
 
 def _matrix_command(catalog: Catalog) -> click.Command:
     @click.command("matrix")
-    @click.option("--format", "form", type=click.Choice(["github", "gitlab", "json"]), default="json", show_default=True,
-                  help="github: strategy.matrix (include); gitlab: parallel:matrix; json: a list of jobs.")
+    @click.option(
+        "--format",
+        "form",
+        type=click.Choice(["github", "gitlab", "json"]),
+        default="json",
+        show_default=True,
+        help="github: strategy.matrix (include); gitlab: parallel:matrix; json: a list of jobs.",
+    )
     @click.option("--arch", multiple=True, help="Only this architecture (repeat for several).")
     @click.option("--backend", multiple=True, help="Only this backend (repeat for several).")
     @click.option("--build-target", "target", multiple=True, help="Only this build target (repeat for several).")
@@ -188,8 +209,11 @@ def _matrix_command(catalog: Catalog) -> click.Command:
 def _fetch_command(catalog: Catalog) -> click.Command:
     @click.command("fetch")
     @click.option("--source-mirror", help="Folder or URL to take sources from instead of upstream.")
-    @click.option("--mirror-dir", type=click.Path(file_okay=False, path_type=Path),
-                  help="Also copy the verified sources here, making a mirror for air-gapped hosts.")
+    @click.option(
+        "--mirror-dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        help="Also copy the verified sources here, making a mirror for air-gapped hosts.",
+    )
     @plan_options(catalog)
     def fetch_command(source_mirror: str | None, mirror_dir: Path | None, **options) -> None:
         """Download and verify the plan's pinned sources into the cache (and a mirror folder)."""
@@ -211,13 +235,21 @@ def _bootstrap_command(catalog: Catalog) -> click.Command:
     @engine_option
     def bootstrap_command(arch: str | None, distribution: str, force: bool, engine: str, **archive) -> None:
         """Create the Debian base image from the Debian archive with mmdebstrap (no registry needed)."""
-        from torchstack import archive as apt, bootstrap, prerequisites
+        from torchstack import archive as apt
+        from torchstack import bootstrap, prerequisites
 
-        plan = make_plan(catalog, Request(
-            build_type="base", arch=arch, distribution=distribution, debian_mirror=archive["debian_mirror"],
-            security_mirror=archive["security_mirror"], security_updates=not archive["no_security_updates"],
-            archive_keyring=archive["archive_keyring"],
-        ))  # fmt: skip
+        plan = make_plan(
+            catalog,
+            Request(
+                build_type="base",
+                arch=arch,
+                distribution=distribution,
+                debian_mirror=archive["debian_mirror"],
+                security_mirror=archive["security_mirror"],
+                security_updates=not archive["no_security_updates"],
+                archive_keyring=archive["archive_keyring"],
+            ),
+        )
         prerequisites.require(plan, bootstrap=True)
         apt.require_suites(plan.apt)
         client, _ = connect(choose(engine))
@@ -227,157 +259,21 @@ def _bootstrap_command(catalog: Catalog) -> click.Command:
     return bootstrap_command
 
 
-def _manifest_command(catalog: Catalog) -> click.Command:
-    @click.command("manifest")
-    @click.argument("target")
-    @click.argument("sources", nargs=-1, required=True)
-    @click.option("--arch", "arches", multiple=True, required=True,
-                  help=f"An architecture the tag must hold, one of {', '.join(catalog.architectures)} (repeat).")
-    @click.option("--sign", metavar="KEY", help="Sign the list and each image in it (cosign, offline), as --sign does a build's.")
-    @engine_option
-    def manifest_command(target: str, sources: tuple[str, ...], arches: tuple[str, ...], sign: str | None, engine: str) -> None:
-        """Join per-architecture images in a registry (SOURCES) as one multi-architecture tag (TARGET).
-
-        For example: manifest ghcr.io/acme/torchstack:r26.11-torch-2.13.0-openblas
-        ghcr.io/acme/torchstack:r26.11-torch-2.13.0-openblas-x86_64
-        ghcr.io/acme/torchstack:r26.11-torch-2.13.0-openblas-aarch64 --arch x86_64 --arch aarch64
-        """
-        from torchstack.publish import join_architectures
-
-        unknown = [a for a in arches if a not in catalog.architectures]
-        if unknown:
-            raise UsageProblem(f"unknown --arch {unknown[0]!r}; valid: {', '.join(catalog.architectures)}")
-        try:
-            tags.check_repository(target.rpartition(":")[0] if ":" in target.rsplit("/", 1)[-1] else target)
-        except UsageProblem:
-            raise UsageProblem(f"{target}: not a valid image name (HOST[:PORT]/NAME:TAG, lowercase)") from None
-        if sign:
-            from torchstack import signing
-
-            sign = signing.check_key(sign, "--sign", private=True)
-        expected = {a: catalog.architectures[a].docker.split("/", 1)[1] for a in dict.fromkeys(arches)}
-        kind = choose(engine).kind  # the engine's CLI does this, not its API
-        digest = join_architectures(target, list(sources), expected, lambda line: click.echo(line, err=True), kind)
-        if sign:
-            signed = signing.sign(f"{target.rpartition(':')[0]}@{digest}", sign, None, None, recursive=True)
-            click.echo(f"torchstack: signed {signed['reference']} and each image in it (cosign, no transparency log)", err=True)
-        click.echo(f"{target}@{digest}")
-
-    return manifest_command
-
-
-def _inspect_command(catalog: Catalog) -> click.Command:
-    @click.command("inspect")
-    @click.argument("image")
-    @click.option("--json", "as_json", is_flag=True, help="Print it as JSON, for machines.")
-    @engine_option
-    def inspect_command(image: str, as_json: bool, engine: str) -> None:
-        """What IMAGE says about itself: its build manifest and SBOM summary, from the image alone."""
-        import json
-
-        from torchstack import sbom
-
-        client, chosen = connect(choose(engine))
-        try:
-            found, info, text = sbom.read_image(client, image)
-        except docker.errors.ImageNotFound:
-            raise UsageProblem(f"{image}: no such image here ({chosen.kind} pull it first)") from None
-        except KeyError:
-            raise UsageProblem(f"{image}: not a torchstack image (no {sbom.BUILD_INFO_LABEL} label)") from None
-        report = {
-            "image": image, "id": found.id, "created": found.attrs["Created"], "tags": found.tags,
-            "labels_agree": found.labels.get("org.opencontainers.image.version") == info.get("release_tag"),
-            "build_info": info, "sbom": sbom.summary(text) if text else None, "sbom_path": sbom.SBOM,
-        }  # fmt: skip
-        click.echo(json.dumps(report, indent=2) if as_json else format_inspection(report))
-
-    return inspect_command
-
-
-def _test_command(catalog: Catalog) -> click.Command:
-    @click.command("test")
-    @click.argument("image")
-    @click.option("--backend", help="Backend to check for, for an image without torchstack labels.")
-    @click.option("--stage", help="Stage to check the image as (default: from its labels, else final).")
-    @click.option("-k", "select", metavar="EXPR",
-                  help="Run only the checks whose names match EXPR (pytest's -k); the pass is not recorded.")
-    @click.option("--archive-keyring", type=click.Path(exists=True, dir_okay=False, path_type=Path), metavar="FILE",
-                  help="The key that signs the image's Debian mirrors, besides Debian's keys.")
-    @engine_option
-    def test_command(image: str, backend: str | None, stage: str | None, select: str | None, archive_keyring: Path | None,
-                     engine: str) -> None:  # fmt: skip
-        """Check what is inside IMAGE: any image, ours or not. Then ask the -security suites its apt
-        sources name whether an installed package has a fix pending there."""
-        from torchstack import archive, checks
-
-        client, chosen = connect(choose(engine))
-        # A check run killed outright (SIGKILL) leaves its containers: the next run removes them.
-        for line in sharing.sweep(client, state_dir() / "contexts"):
-            click.echo(line, err=True)
-        result = checks.run_checks(client, chosen, catalog, image, backend=backend, stage=stage, select=select)
-        if not result.passed:
-            raise ToolkitError(f"{image}: {result.summary}")
-        click.echo(f"{image}: {result.summary} in {result.seconds:.0f} s")
-        try:
-            pending, suites = archive.pending_in(client, image, archive_keyring)
-        except archive.ArchiveUnreachable as exc:
-            click.echo(f"torchstack: {image}: security updates not checked: {exc}", err=True)
-            return
-        if pending:
-            raise ToolkitError(f"{image}: {archive.describe(pending, suites)}")
-        click.echo(f"{image}: no security update pending in {suites}")
-
-    return test_command
-
-
-def _verify_command(catalog: Catalog) -> click.Command:
-    @click.command("verify")
-    @click.argument("image")
-    @click.option("--key", required=True, help="The signer's public key (cosign.pub) or a KMS reference.")
-    @click.option("--pull", is_flag=True, help="Then pull the verified digest (never the tag, which may move).")
-    @engine_option
-    def verify_command(image: str, key: str, pull: bool, engine: str) -> None:
-        """Check IMAGE in its registry before use: its signature (each image's, for a multi-architecture
-        list), its SBOM and provenance attestations, both about this very digest, and the provenance
-        against the image's build-info. Prints the digest to pull."""
-        from torchstack import registry, signing
-
-        registry.parse(image)
-        key = signing.check_key(key, "--key", private=False)
-        found = signing.verify(image, key)
-        for line in found.images:
-            click.echo(f"torchstack: verified {line}: signature, SBOM and provenance (this digest, its build-info)", err=True)
-        if pull:
-            client, chosen = connect(choose(engine))
-            client.images.pull(found.reference)
-            click.echo(f"torchstack: pulled {found.reference} ({chosen.kind})", err=True)
-        click.echo(found.reference)
-
-    return verify_command
-
-
-def _policy_command(catalog: Catalog) -> click.Command:
-    @click.command("policy")
-    @click.option("--registry", required=True, metavar="HOST[:PORT]/NAMESPACE", help="Where the signed images are (--push's --registry).")
-    @click.option("--key", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path), help="The public key (cosign.pub).")
-    @click.option("--output", required=True, type=click.Path(file_okay=False, path_type=Path), help="Folder to write the files in.")
-    def policy_command(registry: str, key: Path, output: Path) -> None:
-        """Write what nodes need to run only images under REGISTRY signed by KEY: policy.json and
-        registries.d/torchstack.yaml (Podman, CRI-O, OpenShift: /etc/containers/), kyverno-policy.yaml."""
-        from torchstack import policy
-        from torchstack.publish import check_registry
-
-        writable_folder(output, "--output", output)
-        for path in policy.write(output, check_registry(registry), key):
-            click.echo(path)
-
-    return policy_command
-
-
 def make_cli(catalog: Catalog) -> click.Group:
     cli = _build_group(catalog)
-    for command in (_plan_command, _render_command, _list_command, _matrix_command, _fetch_command, _bootstrap_command,
-                    _manifest_command, _inspect_command, _test_command, _verify_command, _policy_command):  # fmt: skip
+    for command in (
+        _plan_command,
+        _render_command,
+        _list_command,
+        _matrix_command,
+        _fetch_command,
+        _bootstrap_command,
+        image_commands.manifest_command,
+        image_commands.inspect_command,
+        image_commands.test_command,
+        image_commands.verify_command,
+        image_commands.policy_command,
+    ):
         cli.add_command(command(catalog))
     return cli
 

@@ -176,8 +176,10 @@ class Component(Frozen):
             since = self.tuning_since.get(value)
             if since and Version(version) < Version(since.version):
                 able = [p.version for p in self.versions if Version(p.version) >= Version(since.version)]
-                return (f"{self.name} {version} cannot build for {value}: that needs {since.version} or newer "
-                        f"({since.seen}); pinned versions that can: {', '.join(able) or 'none'}")  # fmt: skip
+                return (
+                    f"{self.name} {version} cannot build for {value}: that needs {since.version} or newer "
+                    f"({since.seen}); pinned versions that can: {', '.join(able) or 'none'}"
+                )
         return None
 
     def paired_with(self, torch_version: str) -> Pin | None:

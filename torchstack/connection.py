@@ -85,8 +85,10 @@ def connect(chosen: Engine) -> tuple[docker.DockerClient, Engine]:
     kind = kind_of(version)
     if kind != chosen.kind:
         if chosen.why.startswith("--engine"):
-            raise UsageProblem(f"--engine {chosen.kind}, but the engine at {chosen.url} is {kind.capitalize()} "
-                               f"{version.get('Version', '')}: point DOCKER_HOST at a {chosen.kind} engine, or drop --engine")  # fmt: skip
+            raise UsageProblem(
+                f"--engine {chosen.kind}, but the engine at {chosen.url} is {kind.capitalize()} "
+                f"{version.get('Version', '')}: point DOCKER_HOST at a {chosen.kind} engine, or drop --engine"
+            )
         chosen = Engine(kind, chosen.url, f"{chosen.why}; the engine says it is {kind.capitalize()}")
     return client, chosen
 
@@ -94,12 +96,16 @@ def connect(chosen: Engine) -> tuple[docker.DockerClient, Engine]:
 def unreachable(chosen: Engine, exc: Exception) -> str:
     reason = str(exc).split("(")[0].strip() or type(exc).__name__
     if chosen.kind == "podman":
-        return (f"no Podman engine answers at {chosen.url} ({reason}); start its API service with "
-                f"`podman system service --time=0 {chosen.url} &` or `systemctl start podman.socket` "
-                f"(apt-get install podman, dnf install podman), or run {SETUP} --engine podman")  # fmt: skip
-    return (f"no Docker engine answers at {chosen.url} ({reason}); start one with `sudo dockerd &` or "
-            f"`sudo systemctl start docker` (apt-get install docker.io), or run {SETUP}; "
-            "on a host with Podman, use --engine podman")  # fmt: skip
+        return (
+            f"no Podman engine answers at {chosen.url} ({reason}); start its API service with "
+            f"`podman system service --time=0 {chosen.url} &` or `systemctl start podman.socket` "
+            f"(apt-get install podman, dnf install podman), or run {SETUP} --engine podman"
+        )
+    return (
+        f"no Docker engine answers at {chosen.url} ({reason}); start one with `sudo dockerd &` or "
+        f"`sudo systemctl start docker` (apt-get install docker.io), or run {SETUP}; "
+        "on a host with Podman, use --engine podman"
+    )
 
 
 # What needs BuildKit or Docker's builder, which Podman's build API (buildah behind Docker's

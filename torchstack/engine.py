@@ -8,9 +8,9 @@ import subprocess
 import tempfile
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import docker
 import docker.errors
@@ -187,21 +187,40 @@ def build_image_buildx(
         raise _failure(stage, progress, errors[-1], log_path)
     run_steps = {k for k, v in steps.items() if not v.upper().startswith("FROM")}
     progress.cached_steps = len(cached & run_steps)
-    image_id = subprocess.run(
-        ["docker", "image", "inspect", "--format", "{{.Id}}", tag], capture_output=True, text=True
-    ).stdout.strip()
+    image_id = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", tag], capture_output=True, text=True).stdout.strip()
     ran = tuple(steps[k] for k in sorted(run_steps - cached, key=int))
     return BuildResult(image_id=image_id, seconds=time.monotonic() - progress.started, cached=run_steps <= cached, ran=ran)
 
 
-def buildx_command(context: Path, tag: str, platform: str, labels: dict[str, str], nocache: bool,
-                   secrets: dict[str, Path], builder: str | None = None, cache_from: list[str] | None = None) -> list[str]:  # fmt: skip
+def buildx_command(
+    context: Path,
+    tag: str,
+    platform: str,
+    labels: dict[str, str],
+    nocache: bool,
+    secrets: dict[str, Path],
+    builder: str | None = None,
+    cache_from: list[str] | None = None,
+) -> list[str]:
     """The `docker buildx build` command line for one stage. The image carries its cache
     metadata inline (`--cache-to type=inline`: the layers of the stage's own image, which is what
     BuildKit's `docker` driver can export), so that, pushed, it serves another host's
     `--cache-from type=registry,ref=IMAGE`."""
-    command = ["docker", "buildx", "build", "--progress=plain", "--load", "--tag", tag,
-               "--platform", platform, "--network", "host", "--cache-to", "type=inline"]  # fmt: skip
+    command = [
+        "docker",
+        "buildx",
+        "build",
+        "--progress=plain",
+        "--load",
+        "--tag",
+        tag,
+        "--platform",
+        platform,
+        "--network",
+        "host",
+        "--cache-to",
+        "type=inline",
+    ]
     command += [arg for ref in cache_from or () for arg in ("--cache-from", f"type=registry,ref={ref}")]
     if builder:
         command += ["--builder", builder]
@@ -221,14 +240,13 @@ def ccache_dockerfile(direction: str, image: str, cache_id: str, mount: str) -> 
     return (
         f"FROM {image} AS move\n"
         "ARG NONCE\n"
-        f"RUN --mount=type=cache,id={cache_id},target={mount}{binds} {work.format(mount=mount)} && echo \"$NONCE\" > /moved/.nonce\n"
+        f'RUN --mount=type=cache,id={cache_id},target={mount}{binds} {work.format(mount=mount)} && echo "$NONCE" > /moved/.nonce\n'
         "FROM scratch\n"
         f"COPY --from=move {'/moved/.nonce' if direction == 'in' else '/moved'} /\n"
     )
 
 
-def move_ccache(direction: str, folder: Path, image: str, platform: str, cache_id: str, mount: str,
-                builder: str | None = None) -> None:  # fmt: skip
+def move_ccache(direction: str, folder: Path, image: str, platform: str, cache_id: str, mount: str, builder: str | None = None) -> None:
     """BuildKit keeps cache mounts in its own store, which a new CI runner starts without: before a
     build, seed the mount from `folder` ("in"); after it, write the mount back to `folder` ("out"),
     which GitHub's cache action (or any other) keeps between runs. `image` is one with `cp` (the
@@ -238,9 +256,22 @@ def move_ccache(direction: str, folder: Path, image: str, platform: str, cache_i
         dockerfile = Path(work) / "Dockerfile"
         dockerfile.write_text(ccache_dockerfile(direction, image, cache_id, mount))
         output = folder if direction == "out" else Path(work) / "out"
-        command = ["docker", "buildx", "build", "--progress=plain", "--platform", platform, "--file", str(dockerfile),
-                   "--build-arg", f"NONCE={time.time_ns()}", "--output", f"type=local,dest={output}",
-                   *(["--builder", builder] if builder else []), str(folder if direction == "in" else work)]  # fmt: skip
+        command = [
+            "docker",
+            "buildx",
+            "build",
+            "--progress=plain",
+            "--platform",
+            platform,
+            "--file",
+            str(dockerfile),
+            "--build-arg",
+            f"NONCE={time.time_ns()}",
+            "--output",
+            f"type=local,dest={output}",
+            *(["--builder", builder] if builder else []),
+            str(folder if direction == "in" else work),
+        ]
         done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]

@@ -63,8 +63,7 @@ def resolve_native(catalog: Catalog, arch: str, cpuinfo: str) -> Target:
     known = ", ".join(t.name for t in catalog.targets_for(arch) if t.native)
     seen = fields.get("cpu part") or fields.get("model name") or next(iter(re.findall(r"machine\s*=\s*\w+", cpuinfo)), "?")
     raise UsageProblem(
-        f"--build-target native: this {arch} CPU ({seen}) matches none of {known}; "
-        "pick a target with --build-target, or generic"
+        f"--build-target native: this {arch} CPU ({seen}) matches none of {known}; pick a target with --build-target, or generic"
     )
 
 

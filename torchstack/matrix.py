@@ -35,8 +35,9 @@ class Job:
 Filters = dict[str, "str | tuple[str, ...] | None"]
 
 
-def jobs(catalog: Catalog, filters: Filters, torch_from: str = "source",
-         release: str | None = None, now: datetime | None = None) -> list[Job]:  # fmt: skip
+def jobs(
+    catalog: Catalog, filters: Filters, torch_from: str = "source", release: str | None = None, now: datetime | None = None
+) -> list[Job]:
     """The allowed builds that match every given filter (arch, backend, target, distribution).
     A filter is one value or several (any of them); None or () lets everything through."""
     given = {key: (value,) if isinstance(value, str) else tuple(value or ()) for key, value in filters.items()}
@@ -44,24 +45,44 @@ def jobs(catalog: Catalog, filters: Filters, torch_from: str = "source",
     found = []
     methods = {} if torch_from == "source" else {"torch": torch_from}
     for backend, target, distribution in combinations(catalog, torch_from):
-        names = {"arch": (target.arch,), "backend": (backend.name,), "target": (target.name, *target.aliases),
-                 "distribution": (distribution.name,)}  # fmt: skip
+        names = {
+            "arch": (target.arch,),
+            "backend": (backend.name,),
+            "target": (target.name, *target.aliases),
+            "distribution": (distribution.name,),
+        }
         if any(given.get(key) and not set(given[key]) & set(values) for key, values in names.items()):
             continue
-        plan = make_plan(catalog, Request(
-            backend=backend.name, arch=target.arch, build_target=target.name, distribution=distribution.name,
-            methods=methods, torch_wheel="index" if torch_from == "wheel" else None, release=release, now=now,
-        ))  # fmt: skip
+        plan = make_plan(
+            catalog,
+            Request(
+                backend=backend.name,
+                arch=target.arch,
+                build_target=target.name,
+                distribution=distribution.name,
+                methods=methods,
+                torch_wheel="index" if torch_from == "wheel" else None,
+                release=release,
+                now=now,
+            ),
+        )
         args = ["--backend", backend.name, "--build-target", target.name, "--distribution", distribution.name]
         if torch_from != "source":
             args += ["--torch-from", torch_from, "--torch-wheel", "index"]
         arch = catalog.architectures[target.arch]
-        found.append(Job(
-            name=f"{backend.name} {target.name} {distribution.name}",
-            arch=target.arch, backend=backend.name, target=target.name, distribution=distribution.name,
-            runs_on=list(arch.runners.github), gitlab_tags=list(arch.runners.gitlab),
-            args=" ".join(args), tag=plan.release_tag,
-        ))  # fmt: skip
+        found.append(
+            Job(
+                name=f"{backend.name} {target.name} {distribution.name}",
+                arch=target.arch,
+                backend=backend.name,
+                target=target.name,
+                distribution=distribution.name,
+                runs_on=list(arch.runners.github),
+                gitlab_tags=list(arch.runners.gitlab),
+                args=" ".join(args),
+                tag=plan.release_tag,
+            )
+        )
     if not found:
         said = " ".join(f"--{k.replace('target', 'build-target')} {v}" for k, values in given.items() for v in values)
         raise UsageProblem(f"no allowed build matches {said or 'the catalog'} (torch from {torch_from})")
@@ -74,10 +95,17 @@ def render(found: list[Job], form: str) -> str:
         return json.dumps({"include": [asdict(job) for job in found]}, indent=None)
     if form == "gitlab":
         entries = [
-            {"ARCH": j.arch, "BACKEND": j.backend, "TARGET": j.target, "DISTRIBUTION": j.distribution,
-             "BUILD_ARGS": j.args, "RUNNER": j.gitlab_tags[0], "TAG": j.tag}
+            {
+                "ARCH": j.arch,
+                "BACKEND": j.backend,
+                "TARGET": j.target,
+                "DISTRIBUTION": j.distribution,
+                "BUILD_ARGS": j.args,
+                "RUNNER": j.gitlab_tags[0],
+                "TAG": j.tag,
+            }
             for j in found
-        ]  # fmt: skip
+        ]
         return yaml.safe_dump({"parallel": {"matrix": entries}}, sort_keys=False, width=200)
     return json.dumps([asdict(job) for job in found], indent=2)
 

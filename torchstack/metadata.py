@@ -41,9 +41,7 @@ def tag_variants(catalog: Catalog, selection: Selection, request: Request) -> tu
     ]
     # Plugins and libraries the user adds make another image than the backend's own: another tag.
     backend_own = f"backend {selection.backend.name}"
-    variants += [
-        tags.tag_safe(f"{p.key}-{p.requirement.split('==', 1)[1]}") for p in selection.plugins if p.why != backend_own
-    ]
+    variants += [tags.tag_safe(f"{p.key}-{p.requirement.split('==', 1)[1]}") for p in selection.plugins if p.why != backend_own]
     return tuple(variants)
 
 
@@ -77,13 +75,10 @@ def build_info(plan: Plan) -> dict:
         "components": {c.name: _component(c) for c in plan.components},
         "python_constraints": list(payload.python_constraints),
         "runtime": plan.runtime,
-        "runtime_env": {
-            name: {"value": s.value, "default": s.default, "why": s.why} for name, s in payload.settings.items()
-        },
+        "runtime_env": {name: {"value": s.value, "default": s.default, "why": s.why} for name, s in payload.settings.items()},
         "payload": {
             "libraries": [
-                {"component": lib.component, "directory": lib.directory, "patterns": list(lib.patterns)}
-                for lib in payload.libraries
+                {"component": lib.component, "directory": lib.directory, "patterns": list(lib.patterns)} for lib in payload.libraries
             ],
             "packages": list(payload.packages),
         },
@@ -132,8 +127,12 @@ def toolkit_revision() -> dict:
     """The toolkit's version and, in a git checkout, its commit (`-dirty` with uncommitted changes)."""
     found = {"version": __version__, "revision": None}
     try:
-        described = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty", "--abbrev=12", "--match=NONE"],
-                                   capture_output=True, text=True, timeout=10)  # fmt: skip
+        described = subprocess.run(
+            ["git", "-C", str(ROOT), "describe", "--always", "--dirty", "--abbrev=12", "--match=NONE"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return found
     if described.returncode == 0:
@@ -156,7 +155,7 @@ def stage_labels(plan: Plan, stage: StagePlan) -> dict[str, str]:
             "io.torchstack.arch": plan.arch.name,
             "io.torchstack.stage": stage.name,
             "io.torchstack.build-info": json.dumps(info, sort_keys=True),
-        }  # fmt: skip
+        }
     info = build_info(plan)
     return {
         "org.opencontainers.image.licenses": "BSD-3-Clause",
@@ -172,10 +171,11 @@ def stage_labels(plan: Plan, stage: StagePlan) -> dict[str, str]:
         "io.torchstack.torch.version": plan.torch_version,
         "io.torchstack.runtime": plan.runtime,
         "io.torchstack.plugins": " ".join(p.requirement for p in plan.plugins),
-        "io.torchstack.security-updates": "yes: " + " ".join(s.name for s in plan.apt.suites[1:]) if plan.apt.updates
+        "io.torchstack.security-updates": "yes: " + " ".join(s.name for s in plan.apt.suites[1:])
+        if plan.apt.updates
         else "no (--no-security-updates)",
         "io.torchstack.build-info": json.dumps(info, sort_keys=True),
-    }  # fmt: skip
+    }
 
 
 def content(plan: Plan, stage: StagePlan) -> dict:
@@ -212,11 +212,16 @@ def stage_identity(plan: Plan, stage: StagePlan) -> str:
         "packages": sorted(stage.packages),
         "labels": stage_labels(plan, stage),
         "components": [
-            {"name": c.name, "env": c.env, "build_packages": sorted(c.build_packages), "downloads": list(c.downloads),
-             "source": c.source.sha256 if c.source else None}
+            {
+                "name": c.name,
+                "env": c.env,
+                "build_packages": sorted(c.build_packages),
+                "downloads": list(c.downloads),
+                "source": c.source.sha256 if c.source else None,
+            }
             for c in own
         ],
-    }  # fmt: skip
+    }
     digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode())
     files = [TEMPLATES / stage.template, TEMPLATES / "_common.j2", ROOT / "torchstack" / "layout.py"]
     files += [SCRIPTS / name for c in own if c.source for name in ("prepare-source.sh", c.script)]

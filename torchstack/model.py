@@ -260,18 +260,18 @@ class Catalog(Frozen):
                 problems.append(f"architecture {arch} has no generic target")
         for backend in self.backends.values():
             problems += [f"backend {backend.name}: unknown arch {a!r}" for a in backend.arches if a not in self.architectures]
-            problems += [
-                f"backend {backend.name}: unknown component {c!r}" for c in backend.components if c not in self.components
-            ]
+            problems += [f"backend {backend.name}: unknown component {c!r}" for c in backend.components if c not in self.components]
             problems += [f"backend {backend.name}: unknown plugin {p!r}" for p in backend.plugins if p not in self.plugins]
             problems += [
-                f"backend {backend.name}: unknown target {t!r}" for t in backend.targets
+                f"backend {backend.name}: unknown target {t!r}"
+                for t in backend.targets
                 if not any(t == x.name and x.arch in backend.arches for x in self.targets)
-            ]  # fmt: skip
+            ]
             problems += [
                 f"backend {backend.name}: plugin {p} has no pinned versions to install it by name"
-                for p in backend.plugins if p in self.plugins and not self.plugins[p].versions
-            ]  # fmt: skip
+                for p in backend.plugins
+                if p in self.plugins and not self.plugins[p].versions
+            ]
             shipped = [p.rsplit("/", 1)[1] for c in backend.components if c in self.components for p in self.components[c].ships]
             problems += [
                 f"backend {backend.name}: library {lib} is in libraries but no component of it ships it (ships:)"
@@ -361,8 +361,7 @@ def load_catalog(data_dir: Path = DATA, stages_file: Path = ROOT / "stages" / "s
         "components": (files["components"], _named(files["components"], raw["components"])),
         "plugins": (files["plugins"], _named(files["plugins"], raw["plugins"])),
     }
-    models = {"architectures": Architecture, "distributions": Distribution, "backends": Backend, "components": Component,
-              "plugins": Plugin}  # fmt: skip
+    models = {"architectures": Architecture, "distributions": Distribution, "backends": Backend, "components": Component, "plugins": Plugin}
     values: dict[str, object] = {}
     for key, (path, entries) in sections.items():
         values[key] = {}
@@ -374,9 +373,7 @@ def load_catalog(data_dir: Path = DATA, stages_file: Path = ROOT / "stages" / "s
     for key in ("targets", "stages"):
         if not isinstance(raw[key], list):
             raise DataError(f"{files[key]}: expected a list of entries")
-    values["targets"] = tuple(
-        parse_target(Path(f"{files['targets']}: entry {i}"), entry) for i, entry in enumerate(raw["targets"])
-    )
+    values["targets"] = tuple(parse_target(Path(f"{files['targets']}: entry {i}"), entry) for i, entry in enumerate(raw["targets"]))
     try:
         values["stages"] = tuple(Stage.model_validate(entry) for entry in raw["stages"])
     except ValidationError as exc:

@@ -28,23 +28,43 @@ def _parse_pins(values: tuple[str, ...]) -> dict[str, str]:
 
 
 engine_option = click.option(
-    "--engine", type=click.Choice(ENGINES), default="auto", show_default=True, envvar="TORCHSTACK_ENGINE",
+    "--engine",
+    type=click.Choice(ENGINES),
+    default="auto",
+    show_default=True,
+    envvar="TORCHSTACK_ENGINE",
     help="The container engine: docker, or podman (its API service: `podman system service`). auto: the one "
     "DOCKER_HOST (or Podman's CONTAINER_HOST) names, else Docker's socket if present, else Podman's. "
-    "Default: $TORCHSTACK_ENGINE.")
+    "Default: $TORCHSTACK_ENGINE.",
+)
 
 
 def archive_options(func):
     """Where the Debian suites come from: Debian's archive, or a site's mirrors and key."""
-    @click.option("--debian-mirror", metavar="URL",
-                  help="Debian archive (a mirror) serving the release and its -updates suite (default: the distribution's).")
-    @click.option("--security-mirror", metavar="URL",
-                  help="Where the -security suite is, where a site mirrors it apart (default: Debian's security archive).")
-    @click.option("--no-security-updates", "no_security_updates", is_flag=True,
-                  help="Build from the release suite alone, without its -updates and -security suites and without the "
-                  "release gate; the tag and labels say so.")
-    @click.option("--archive-keyring", type=click.Path(exists=True, dir_okay=False, path_type=Path), metavar="FILE",
-                  help="An OpenPGP key (.gpg or .asc) that signs the mirrors besides Debian's keys; the images trust it.")
+
+    @click.option(
+        "--debian-mirror",
+        metavar="URL",
+        help="Debian archive (a mirror) serving the release and its -updates suite (default: the distribution's).",
+    )
+    @click.option(
+        "--security-mirror",
+        metavar="URL",
+        help="Where the -security suite is, where a site mirrors it apart (default: Debian's security archive).",
+    )
+    @click.option(
+        "--no-security-updates",
+        "no_security_updates",
+        is_flag=True,
+        help="Build from the release suite alone, without its -updates and -security suites and without the "
+        "release gate; the tag and labels say so.",
+    )
+    @click.option(
+        "--archive-keyring",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        metavar="FILE",
+        help="An OpenPGP key (.gpg or .asc) that signs the mirrors besides Debian's keys; the images trust it.",
+    )
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         return func(*args, **kwargs)
@@ -54,49 +74,7 @@ def archive_options(func):
 
 def plan_options(catalog: Catalog):
     """The options that describe a build, shared by build, plan, render and fetch."""
-    with_alternatives = [c for c in catalog.components.values() if c.alternatives]
-    options = [
-        click.option("--build-type", type=click.Choice(BUILD_TYPES), default="full", show_default=True,
-                     help="Stage to build, with whatever it needs (pytorch = final)."),
-        click.option("--backend", help=f"One of: {', '.join(sorted(catalog.backends))}. Default per architecture."),
-        click.option("--build-target", default="generic", show_default=True,
-                     help="CPU to tune for: generic, native, custom, or a named target (see `list targets`)."),
-        click.option("--arch", help="Image architecture (default: the target's, the backend's, or this host's)."),
-        click.option("--custom-target", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                     help="YAML file with one target entry, for --build-target custom."),
-        click.option("--jobs", type=click.IntRange(min=1), help="Parallel compile jobs (default: bounded by cores and memory)."),
-        click.option("--torch-version", help="PyTorch version (default: the pinned one, or the wheel's)."),
-        click.option("--source-version", "source_versions", multiple=True, metavar="COMPONENT=VERSION",
-                     help="Another pinned version of a component, e.g. openblas=0.3.28."),
-        click.option("--release", help="Release in the tag, rYY.MM (default: this UTC month)."),
-        click.option("--repository", default="torchstack", show_default=True, help="Image repository name."),
-        click.option("--tag", help="Use this tag instead of the computed release tag."),
-        click.option("--distribution", help=f"Debian release: {', '.join(sorted(catalog.distributions))}."),
-        click.option("--base-image", help="OS image to start from instead of the bootstrapped Debian (Debian-family)."),
-        click.option("--torch-wheel", help="With --torch-from wheel: a .whl file, a folder of wheels, a URL, or 'index'."),
-        click.option("--plugin-wheel", "plugin_wheels", multiple=True, metavar="FILE|DIR|NAME==VERSION",
-                     help="A vendor plugin wheel to install into the final image (repeat for several): a .whl file, a "
-                     "folder of them, or NAME==VERSION from the package index. One whose torch requirement excludes "
-                     "the image's torch is refused before anything is built."),
-        click.option("--with", "libraries", multiple=True, metavar="LIBRARY[,LIBRARY]",
-                     help=f"Domain libraries for the final image, at the version paired with its torch: "
-                     f"{', '.join(sorted(n for n, p in catalog.plugins.items() if p.library))}."),
-        click.option("--requirements", type=click.Path(path_type=Path), metavar="FILE",
-                     help="A team's packages for the final image (pip's requirements format; hashes honoured), resolved "
-                     "before any build with torch, numpy, plugins and libraries held: a conflict is refused in one line."),
-        click.option("--runtime", type=click.Choice(RUNTIMES), default=RUNTIMES[0], show_default=True,
-                     help="full: the final image ships the C++ compiler, Python headers and openssl that torch.compile "
-                     "needs at run time. slim: without them (torch.compile is refused), for sites that forbid compilers."),
-        engine_option,
-        click.option("--builder", type=click.Choice(BUILDERS), default="auto", show_default=True,
-                     help="docker: the Docker SDK's builder, any engine. buildx: BuildKit, with a ccache cache mount "
-                     "and the CA as a secret. auto: buildx when compiling PyTorch and buildx is installed."),
-    ]
-    for component in with_alternatives:
-        options.append(
-            click.option(f"--{component.name}-from", f"from_{component.name}", type=click.Choice(component.methods),
-                         default="source", show_default=True, help=f"Where {component.name} comes from.")
-        )
+    options = [*_what_to_build(catalog), *_what_goes_in(catalog)]
 
     def decorate(func):
         for option in reversed(options):
@@ -104,6 +82,107 @@ def plan_options(catalog: Catalog):
         return archive_options(func)
 
     return decorate
+
+
+def _what_to_build(catalog: Catalog) -> list:
+    """The stage, backend, CPU, versions and names of a build."""
+    return [
+        click.option(
+            "--build-type",
+            type=click.Choice(BUILD_TYPES),
+            default="full",
+            show_default=True,
+            help="Stage to build, with whatever it needs (pytorch = final).",
+        ),
+        click.option("--backend", help=f"One of: {', '.join(sorted(catalog.backends))}. Default per architecture."),
+        click.option(
+            "--build-target",
+            default="generic",
+            show_default=True,
+            help="CPU to tune for: generic, native, custom, or a named target (see `list targets`).",
+        ),
+        click.option("--arch", help="Image architecture (default: the target's, the backend's, or this host's)."),
+        click.option(
+            "--custom-target",
+            type=click.Path(exists=True, dir_okay=False, path_type=Path),
+            help="YAML file with one target entry, for --build-target custom.",
+        ),
+        click.option("--jobs", type=click.IntRange(min=1), help="Parallel compile jobs (default: bounded by cores and memory)."),
+        click.option("--torch-version", help="PyTorch version (default: the pinned one, or the wheel's)."),
+        click.option(
+            "--source-version",
+            "source_versions",
+            multiple=True,
+            metavar="COMPONENT=VERSION",
+            help="Another pinned version of a component, e.g. openblas=0.3.28.",
+        ),
+        click.option("--release", help="Release in the tag, rYY.MM (default: this UTC month)."),
+        click.option("--repository", default="torchstack", show_default=True, help="Image repository name."),
+        click.option("--tag", help="Use this tag instead of the computed release tag."),
+        click.option("--distribution", help=f"Debian release: {', '.join(sorted(catalog.distributions))}."),
+        click.option("--base-image", help="OS image to start from instead of the bootstrapped Debian (Debian-family)."),
+    ]
+
+
+def _what_goes_in(catalog: Catalog) -> list:
+    """Where torch and the final image's packages come from, the runtime, the engine and builder."""
+    options = [
+        click.option("--torch-wheel", help="With --torch-from wheel: a .whl file, a folder of wheels, a URL, or 'index'."),
+        click.option(
+            "--plugin-wheel",
+            "plugin_wheels",
+            multiple=True,
+            metavar="FILE|DIR|NAME==VERSION",
+            help="A vendor plugin wheel to install into the final image (repeat for several): a .whl file, a "
+            "folder of them, or NAME==VERSION from the package index. One whose torch requirement excludes "
+            "the image's torch is refused before anything is built.",
+        ),
+        click.option(
+            "--with",
+            "libraries",
+            multiple=True,
+            metavar="LIBRARY[,LIBRARY]",
+            help=f"Domain libraries for the final image, at the version paired with its torch: "
+            f"{', '.join(sorted(n for n, p in catalog.plugins.items() if p.library))}.",
+        ),
+        click.option(
+            "--requirements",
+            type=click.Path(path_type=Path),
+            metavar="FILE",
+            help="A team's packages for the final image (pip's requirements format; hashes honoured), resolved "
+            "before any build with torch, numpy, plugins and libraries held: a conflict is refused in one line.",
+        ),
+        click.option(
+            "--runtime",
+            type=click.Choice(RUNTIMES),
+            default=RUNTIMES[0],
+            show_default=True,
+            help="full: the final image ships the C++ compiler, Python headers and openssl that torch.compile "
+            "needs at run time. slim: without them (torch.compile is refused), for sites that forbid compilers.",
+        ),
+        engine_option,
+        click.option(
+            "--builder",
+            type=click.Choice(BUILDERS),
+            default="auto",
+            show_default=True,
+            help="docker: the Docker SDK's builder, any engine. buildx: BuildKit, with a ccache cache mount "
+            "and the CA as a secret. auto: buildx when compiling PyTorch and buildx is installed.",
+        ),
+    ]
+    for component in (c for c in catalog.components.values() if c.alternatives):
+        options.append(
+            click.option(
+                f"--{component.name}-from",
+                f"from_{component.name}",
+                type=click.Choice(component.methods),
+                default="source",
+                show_default=True,
+                help=f"Where {component.name} comes from.",
+            )
+        )
+
+    return options
 
 
 def _check_index_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -120,37 +199,77 @@ def _check_cache_registry(ctx: click.Context, param: click.Parameter, value: str
 
 def build_options(func):
     """The options of a build alone (not of plan, render or fetch): how it runs, where it pushes."""
+
     @click.option("--no-cache", is_flag=True, help="Build every step again.")
     @click.option("--dry-run", is_flag=True, help="Print the plan; touch no Docker engine.")
     @click.option("--no-test", is_flag=True, help="Skip the image checks after the final stage.")
-    @click.option("--recheck", is_flag=True,
-                  help="Run the image checks even if they passed on this image ID with the same checks before.")
+    @click.option("--recheck", is_flag=True, help="Run the image checks even if they passed on this image ID with the same checks before.")
     @click.option("--quiet", is_flag=True, help="No live view; print only the result.")
-    @click.option("--json", "json_file", type=click.Path(dir_okay=False, path_type=Path),
-                  help="Write a machine-readable summary (images, tags, sizes, times) here.")
-    @click.option("--ca-bundle", type=click.Path(exists=True, dir_okay=False, path_type=Path), envvar="PIP_CERT",
-                  help="Extra CA bundle for pip inside builds (default: $PIP_CERT); never left in an image.")
-    @click.option("--pip-index-url", envvar="PIP_INDEX_URL", metavar="URL", callback=_check_index_url,
-                  help="Python package index for pip inside builds, e.g. a local mirror (default: $PIP_INDEX_URL); "
-                  "like the CA bundle, never left in an image.")
-    @click.option("--buildx-builder", metavar="NAME",
-                  help="With --builder buildx: build on this `docker buildx create` builder (remote, Kubernetes); "
-                  "the image comes back here for the checks.")
-    @click.option("--push", is_flag=True,
-                  help="After the checks pass, push the release image to --registry (credentials: the Docker config).")
-    @click.option("--sign", metavar="KEY",
-                  help="With --push, sign the pushed release image and attest its SBOM and provenance with cosign, "
-                  "offline: a key file (password in $COSIGN_PASSWORD) or a KMS reference (awskms://...).")
-    @click.option("--push-stages", is_flag=True,
-                  help="With --push, push the stage images too, so other hosts' builds start from them.")
-    @click.option("--registry", metavar="HOST[:PORT]/NAMESPACE",
-                  help="Where --push sends images, e.g. ghcr.io/acme: the image becomes ghcr.io/acme/torchstack:TAG.")
-    @click.option("--cache-from", metavar="HOST[:PORT]/NAMESPACE", callback=_check_cache_registry,
-                  help="Reuse the stage images another host pushed there (--push-stages) as build cache: the "
-                  "engine reuses each step that matches and builds what changed.")
-    @click.option("--ccache-dir", type=click.Path(file_okay=False, path_type=Path),
-                  help="Keep BuildKit's compiler cache in this host folder too: loaded before the build, saved "
-                  "after it, for CI caches (implies --builder buildx).")
+    @click.option(
+        "--json",
+        "json_file",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Write a machine-readable summary (images, tags, sizes, times) here.",
+    )
+    @click.option(
+        "--ca-bundle",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        envvar="PIP_CERT",
+        help="Extra CA bundle for pip inside builds (default: $PIP_CERT); never left in an image.",
+    )
+    @click.option(
+        "--pip-index-url",
+        envvar="PIP_INDEX_URL",
+        metavar="URL",
+        callback=_check_index_url,
+        help="Python package index for pip inside builds, e.g. a local mirror (default: $PIP_INDEX_URL); "
+        "like the CA bundle, never left in an image.",
+    )
+    @click.option(
+        "--buildx-builder",
+        metavar="NAME",
+        help="With --builder buildx: build on this `docker buildx create` builder (remote, Kubernetes); "
+        "the image comes back here for the checks.",
+    )
+    @publish_options
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
+def publish_options(func):
+    """Where a build's images go: pushed, signed, and the registries and caches it reuses."""
+
+    @click.option(
+        "--push", is_flag=True, help="After the checks pass, push the release image to --registry (credentials: the Docker config)."
+    )
+    @click.option(
+        "--sign",
+        metavar="KEY",
+        help="With --push, sign the pushed release image and attest its SBOM and provenance with cosign, "
+        "offline: a key file (password in $COSIGN_PASSWORD) or a KMS reference (awskms://...).",
+    )
+    @click.option("--push-stages", is_flag=True, help="With --push, push the stage images too, so other hosts' builds start from them.")
+    @click.option(
+        "--registry",
+        metavar="HOST[:PORT]/NAMESPACE",
+        help="Where --push sends images, e.g. ghcr.io/acme: the image becomes ghcr.io/acme/torchstack:TAG.",
+    )
+    @click.option(
+        "--cache-from",
+        metavar="HOST[:PORT]/NAMESPACE",
+        callback=_check_cache_registry,
+        help="Reuse the stage images another host pushed there (--push-stages) as build cache: the "
+        "engine reuses each step that matches and builds what changed.",
+    )
+    @click.option(
+        "--ccache-dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        help="Keep BuildKit's compiler cache in this host folder too: loaded before the build, saved "
+        "after it, for CI caches (implies --builder buildx).",
+    )
     @click.option("--source-mirror", help="Folder or URL holding the pinned source files (air-gapped hosts).")
     @functools.wraps(func)
     def wrapper(*args, **kwargs):

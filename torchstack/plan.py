@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from torchstack.layout import SOURCES_DIR
 from torchstack.component import HostRun, Source
+from torchstack.errors import UsageProblem
+from torchstack.layout import SOURCES_DIR
 from torchstack.model import Architecture, Backend, Distribution, RuntimeSetting, Target
 from torchstack.plugins import PluginChoice
-from torchstack.errors import UsageProblem
 from torchstack.wheels import WheelSpec
 
 RELEASE_STAGE = "final"  # the stage whose image gets the release tag

@@ -10,7 +10,18 @@ from torchstack import host, tags
 from torchstack.errors import UsageProblem
 from torchstack.metadata import stage_image, tag_variants
 from torchstack.model import Catalog, Distribution, Stage
-from torchstack.plan import RELEASE_STAGE, AppRequirements, AptSources, ComponentPlan, Payload, Plan, Request, ShippedLibraries, StagePlan, Suite
+from torchstack.plan import (
+    RELEASE_STAGE,
+    AppRequirements,
+    AptSources,
+    ComponentPlan,
+    Payload,
+    Plan,
+    Request,
+    ShippedLibraries,
+    StagePlan,
+    Suite,
+)
 from torchstack.recipes import RecipeInputs, exports_of, pip_requirements, script_inputs
 from torchstack.selection import Selection, select
 
@@ -46,9 +57,7 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
         raise UsageProblem(f"--requirements installs into the final image: it needs --build-type full, not {selection.stage}")
     variants = (*tag_variants(catalog, selection, request), *([app.tag_variant] if app else []))
     release_tag = (
-        tags.check_tag(request.tag)
-        if request.tag
-        else tags.release_tag(release, selection.torch_version, selection.backend.name, variants)
+        tags.check_tag(request.tag) if request.tag else tags.release_tag(release, selection.torch_version, selection.backend.name, variants)
     )
 
     jobs, torch_jobs, jobs_note = _jobs(request.jobs, request.memory_gib or host.memory_gib(), selection.methods)
@@ -117,11 +126,15 @@ def _version(component, asked: str | None, torch_version: str, method: str) -> s
     paired = component.paired_with(torch_version)
     pairs = "; ".join(f"{p.version} for torch {', '.join(p.torch)}" for p in component.versions if p.torch)
     if paired is None:
-        raise UsageProblem(f"no pinned {component.name} pairs with torch {torch_version} (pinned: {pairs}): "
-                           "add the version upstream builds it with to torchstack/data/components.yaml")  # fmt: skip
+        raise UsageProblem(
+            f"no pinned {component.name} pairs with torch {torch_version} (pinned: {pairs}): "
+            "add the version upstream builds it with to torchstack/data/components.yaml"
+        )
     if asked and asked != paired.version:
-        raise UsageProblem(f"{component.name} {asked} does not pair with torch {torch_version}: upstream builds it with "
-                           f"{component.name} {paired.version} ({paired.torch_from}); pinned: {pairs}")  # fmt: skip
+        raise UsageProblem(
+            f"{component.name} {asked} does not pair with torch {torch_version}: upstream builds it with "
+            f"{component.name} {paired.version} ({paired.torch_from}); pinned: {pairs}"
+        )
     return paired.version
 
 
@@ -140,11 +153,10 @@ def _component_plans(
     )
 
 
-def _component_plan(catalog: Catalog, selection: Selection, name: str, method: str, versions: dict[str, str], jobs: int,
-                    torch_jobs: int, prefixes: dict[str, str | None]) -> ComponentPlan:  # fmt: skip
-    """One component's part: its version (refused where it cannot be built), its script inputs, what ships."""
-    component = catalog.components[name]
-    version = _version(component, versions.get(name), selection.torch_version, method)
+def _buildable_version(component, given: str | None, selection: Selection, method: str):
+    """The component's version and, when compiled, its pinned source: refused where it cannot be built."""
+    name = component.name
+    version = _version(component, given, selection.torch_version, method)
     source = component.source(version) if method == "source" else None
     if method == "source" and source is None:
         pinned = ", ".join(p.version for p in component.versions)
@@ -156,17 +168,43 @@ def _component_plan(catalog: Catalog, selection: Selection, name: str, method: s
     problem = component.refuses(version, tuple(str(v) for v in tuning.model_dump().values()) if tuning else ())
     if method == "source" and problem:
         raise UsageProblem(problem)
+    return version, source
+
+
+def _component_plan(
+    catalog: Catalog,
+    selection: Selection,
+    name: str,
+    method: str,
+    versions: dict[str, str],
+    jobs: int,
+    torch_jobs: int,
+    prefixes: dict[str, str | None],
+) -> ComponentPlan:
+    """One component's part: its version (refused where it cannot be built), its script inputs, what ships."""
+    component = catalog.components[name]
+    version, source = _buildable_version(component, versions.get(name), selection, method)
     prefix = prefixes[name]
     compiled = method == "source"
     alternative = component.alternatives.get(method)
     inputs = RecipeInputs(
-        component=component, method=method, version=version, prefix=prefix, source=source, target=selection.target,
-        arch=selection.arch, backend=selection.backend, jobs=jobs, torch_jobs=torch_jobs,
-        torch_version=selection.torch_version, builder=selection.builder,
+        component=component,
+        method=method,
+        version=version,
+        prefix=prefix,
+        source=source,
+        target=selection.target,
+        arch=selection.arch,
+        backend=selection.backend,
+        jobs=jobs,
+        torch_jobs=torch_jobs,
+        torch_version=selection.torch_version,
+        builder=selection.builder,
         wheel_name=selection.torch_wheel_file.name if selection.torch_wheel_file else "torch.whl",
-        exported={k: v for used in component.uses if used in prefixes
-                  for k, v in exports_of(catalog.components[used], prefixes[used]).items()},
-    )  # fmt: skip
+        exported={
+            k: v for used in component.uses if used in prefixes for k, v in exports_of(catalog.components[used], prefixes[used]).items()
+        },
+    )
     return ComponentPlan(
         name=name,
         method=method,
@@ -211,11 +249,14 @@ def _payload(selection: Selection, components: tuple[ComponentPlan, ...]) -> Pay
     return Payload(
         libraries=tuple(lib for c in components for lib in c.ships),
         packages=tuple(sorted(packages)),
-        python_constraints=tuple(sorted({
-            *(r for c in components for r in c.runtime_requirements), *(r for p in selection.plugins for r in p.requirements)
-        })),  # fmt: skip
-        settings={**selection.arch.runtime.env, **selection.backend.runtime.env,
-                  **(selection.distribution.compile_env if selection.runtime == "full" else {})},  # fmt: skip
+        python_constraints=tuple(
+            sorted({*(r for c in components for r in c.runtime_requirements), *(r for p in selection.plugins for r in p.requirements)})
+        ),
+        settings={
+            **selection.arch.runtime.env,
+            **selection.backend.runtime.env,
+            **(selection.distribution.compile_env if selection.runtime == "full" else {}),
+        },
         installer=selection.runtime == "full",
         torch_constraints=tuple(sorted({r for c in components for r in c.runtime_requirements})),
     )

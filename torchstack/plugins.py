@@ -1,4 +1,6 @@
-"""Wheels built on torch (vendor plugins, --with libraries): what each needs from torch or registers, refused before a build when they cannot work.
+"""Wheels built on torch (vendor plugins, --with libraries): what each needs from torch, refused before a build if it cannot work.
+
+What each registers is read too.
 
 What --plugin-wheel names is read here: a wheel's Requires-Dist on torch, its entry points in
 PyTorch's groups, and what the catalog (plugins.yaml) knows of it.
@@ -75,12 +77,20 @@ class PluginWheel:
     def record(self) -> dict:
         """How the build-info records it."""
         return {
-            "name": self.name, "version": self.version, "module": self.module, "vendor": self.vendor,
-            "summary": self.summary, "home_page": self.home_page, "file": self.path.name, "sha256": self.sha256,
-            "requires_torch": list(self.requires_torch), "compile_backends": list(self.compile_backends),
-            "device_entry_points": list(self.device_entry_points), "devices": list(self.devices),
+            "name": self.name,
+            "version": self.version,
+            "module": self.module,
+            "vendor": self.vendor,
+            "summary": self.summary,
+            "home_page": self.home_page,
+            "file": self.path.name,
+            "sha256": self.sha256,
+            "requires_torch": list(self.requires_torch),
+            "compile_backends": list(self.compile_backends),
+            "device_entry_points": list(self.device_entry_points),
+            "devices": list(self.devices),
             "checks": list(self.checks),
-        }  # fmt: skip
+        }
 
 
 @dataclass(frozen=True)
@@ -185,8 +195,14 @@ def read_wheel(path: Path, catalog: Catalog, arch: str, python: str) -> PluginWh
     stat = path.stat()
     fields, digest = _read(path.resolve(), stat.st_size, stat.st_mtime_ns)
     known = _known(catalog, name)
-    environment = {**default_environment(), "python_version": python, "python_full_version": f"{python}.0",
-                   "platform_machine": arch, "sys_platform": "linux", "platform_system": "Linux"}  # fmt: skip
+    environment = {
+        **default_environment(),
+        "python_version": python,
+        "python_full_version": f"{python}.0",
+        "platform_machine": arch,
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+    }
     requires_torch = []
     for text in fields["requires"]:
         try:
@@ -252,8 +268,9 @@ def wheels_in(folder: Path, catalog: Catalog, arch: str, python: str) -> list[Pl
     return found
 
 
-def choose(catalog: Catalog, texts: tuple[str, ...], named: dict[str, str], arch: str, python: str,
-           torch_version: str, cached: Path | None) -> tuple[PluginChoice, ...]:  # fmt: skip
+def choose(
+    catalog: Catalog, texts: tuple[str, ...], named: dict[str, str], arch: str, python: str, torch_version: str, cached: Path | None
+) -> tuple[PluginChoice, ...]:
     """The plugins the final image installs, each checked against torch where its wheel is at hand.
 
     --plugin-wheel entries come first; each plugin `named` (name -> who asks: a backend's own

@@ -33,9 +33,11 @@ def kyverno(scope: str, public_key: bytes) -> dict:
     """A Kyverno ClusterPolicy: pods may run images under `scope` only if signed by the key, with a
     provenance attestation, checked offline (no transparency log, no certificate timestamps), and by
     digest (Kyverno pins the tag it verified)."""
+
     def attestor() -> dict:  # one per place: YAML would otherwise write an anchor and an alias
-        return {"entries": [{"keys": {"publicKeys": public_key.decode().strip(), "rekor": {"ignoreTlog": True},
-                                      "ctlog": {"ignoreSCT": True}}}]}  # fmt: skip
+        return {
+            "entries": [{"keys": {"publicKeys": public_key.decode().strip(), "rekor": {"ignoreTlog": True}, "ctlog": {"ignoreSCT": True}}}]
+        }
 
     return {
         "apiVersion": "kyverno.io/v1",
@@ -44,15 +46,22 @@ def kyverno(scope: str, public_key: bytes) -> dict:
         "spec": {
             "validationFailureAction": "Enforce",
             "webhookTimeoutSeconds": 30,
-            "rules": [{
-                "name": "signed-by-the-torchstack-key",
-                "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
-                "verifyImages": [{
-                    "imageReferences": [f"{scope}/*"], "mutateDigest": True, "verifyDigest": True, "required": True,
-                    "attestors": [attestor()],
-                    "attestations": [{"type": PREDICATE_TYPE, "attestors": [attestor()]}],
-                }],
-            }],  # fmt: skip
+            "rules": [
+                {
+                    "name": "signed-by-the-torchstack-key",
+                    "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                    "verifyImages": [
+                        {
+                            "imageReferences": [f"{scope}/*"],
+                            "mutateDigest": True,
+                            "verifyDigest": True,
+                            "required": True,
+                            "attestors": [attestor()],
+                            "attestations": [{"type": PREDICATE_TYPE, "attestors": [attestor()]}],
+                        }
+                    ],
+                }
+            ],
         },
     }
 
@@ -61,8 +70,9 @@ class _Dumper(yaml.SafeDumper):
     """Multi-line strings (a PEM key) as YAML's literal blocks, as people write them."""
 
 
-_Dumper.add_representer(str, lambda dumper, text: dumper.represent_scalar(
-    "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
+_Dumper.add_representer(
+    str, lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None)
+)
 
 
 def write(folder: Path, scope: str, public_key: Path) -> list[Path]:

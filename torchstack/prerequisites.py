@@ -36,22 +36,28 @@ def missing_for(plan: Plan, bootstrap: bool) -> list[Missing]:
     missing = []
     entry = BINFMT / f"qemu-{plan.arch.qemu}"
     if plan.emulated and not binfmt_ready(entry):
-        missing.append(Missing(
-            f"qemu emulation of {plan.arch.name} on this {plan.host_arch} host (no enabled binfmt entry {entry} with flag F)",
-            "apt-get install qemu-user-static binfmt-support && update-binfmts --enable",
-        ))  # fmt: skip
+        missing.append(
+            Missing(
+                f"qemu emulation of {plan.arch.name} on this {plan.host_arch} host (no enabled binfmt entry {entry} with flag F)",
+                "apt-get install qemu-user-static binfmt-support && update-binfmts --enable",
+            )
+        )
     if bootstrap and shutil.which("mmdebstrap") is None:
         missing.append(Missing("mmdebstrap, to bootstrap the Debian base image", "apt-get install mmdebstrap"))
     if bootstrap and plan.emulated and shutil.which("arch-test") is None:
-        missing.append(Missing(
-            f"arch-test, which mmdebstrap needs to bootstrap a foreign architecture ({plan.arch.debian})",
-            "apt-get install arch-test",
-        ))  # fmt: skip
+        missing.append(
+            Missing(
+                f"arch-test, which mmdebstrap needs to bootstrap a foreign architecture ({plan.arch.debian})",
+                "apt-get install arch-test",
+            )
+        )
     if plan.builder == "buildx" and not buildx_available():
-        missing.append(Missing(
-            "docker buildx, for --builder buildx",
-            f"apt-get install docker-buildx (Debian 13, Ubuntu), or {SETUP_HOST} (which also installs it on Debian 12)",
-        ))  # fmt: skip
+        missing.append(
+            Missing(
+                "docker buildx, for --builder buildx",
+                f"apt-get install docker-buildx (Debian 13, Ubuntu), or {SETUP_HOST} (which also installs it on Debian 12)",
+            )
+        )
     return missing
 
 

@@ -82,8 +82,9 @@ class BuildView:
             self._last_step = (stage, progress.step)
             # Not markup: rich took "[final]" for a style and dropped it, and an instruction's own
             # brackets (`RUN [ -f x ]`, a JSON-form CMD) are the Dockerfile's.
-            self.console.print(f"[{stage}] step {progress.step}/{progress.steps}: {progress.instruction[:110]}",
-                               highlight=False, markup=False)  # fmt: skip
+            self.console.print(
+                f"[{stage}] step {progress.step}/{progress.steps}: {progress.instruction[:110]}", highlight=False, markup=False
+            )
 
     def note(self, text: str) -> None:
         self._log.write(text + "\n")

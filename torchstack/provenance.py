@@ -21,10 +21,17 @@ def inputs(plan: Plan, base_id: str) -> list[dict]:
     found = [{"name": plan.base_image, "digest": {"sha256": base_id.removeprefix("sha256:")}}]
     for component in plan.components:
         if component.method == "source" and component.source is not None:
-            found.append({"name": f"{component.name}-{component.version}", "uri": component.source.url,
-                          "digest": {"sha256": component.source.sha256}})  # fmt: skip
-            found += [{"name": f"patches/{component.name}/{p['name']}", "digest": {"sha256": p["sha256"]}}
-                      for p in applied_patches(component.name)]  # fmt: skip
+            found.append(
+                {
+                    "name": f"{component.name}-{component.version}",
+                    "uri": component.source.url,
+                    "digest": {"sha256": component.source.sha256},
+                }
+            )
+            found += [
+                {"name": f"patches/{component.name}/{p['name']}", "digest": {"sha256": p["sha256"]}}
+                for p in applied_patches(component.name)
+            ]
     if plan.torch_wheel_file is not None:
         found.append({"name": plan.torch_wheel_file.name, "digest": {"sha256": sha256_of(plan.torch_wheel_file)}})
     found += [{"name": p.wheel.path.name, "digest": {"sha256": p.wheel.sha256}} for p in plan.plugins if p.wheel]
@@ -41,18 +48,29 @@ def predicate(plan: Plan, info: dict, base_id: str, engine: str, started: dateti
         "buildDefinition": {
             "buildType": BUILD_TYPE,
             "externalParameters": {
-                "release_tag": plan.release_tag, "backend": plan.backend.name, "target": plan.target.name,
-                "arch": plan.arch.name, "distribution": plan.distribution.name, "torch_version": plan.torch_version,
-                "methods": {c.name: c.method for c in plan.components}, "runtime": plan.runtime,
+                "release_tag": plan.release_tag,
+                "backend": plan.backend.name,
+                "target": plan.target.name,
+                "arch": plan.arch.name,
+                "distribution": plan.distribution.name,
+                "torch_version": plan.torch_version,
+                "methods": {c.name: c.method for c in plan.components},
+                "runtime": plan.runtime,
                 "plugins": [p.requirement for p in plan.plugins],
                 "requirements": list(plan.requirements.requested) if plan.requirements else [],
-            },  # fmt: skip
+            },
             "internalParameters": {"build_info": info},
             "resolvedDependencies": inputs(plan, base_id),
         },
         "runDetails": {
-            "builder": {"id": BUILDER_ID, "version": {"torchstack": toolkit_revision()["revision"] or toolkit_revision()["version"],
-                                                      "engine": engine, "builder": plan.builder}},  # fmt: skip
+            "builder": {
+                "id": BUILDER_ID,
+                "version": {
+                    "torchstack": toolkit_revision()["revision"] or toolkit_revision()["version"],
+                    "engine": engine,
+                    "builder": plan.builder,
+                },
+            },
             "metadata": {"startedOn": started.isoformat(timespec="seconds"), "finishedOn": finished.isoformat(timespec="seconds")},
         },
     }

@@ -28,7 +28,7 @@ _TRANSIENT = re.compile(
     r"connection reset|connection refused|broken pipe|i/o timeout|timeout|EOF|temporar|"
     r"50[0234]|too many requests|429|net/http: request canceled",
     re.IGNORECASE,
-)  # fmt: skip
+)
 _AUTH = re.compile(r"unauthorized|authentication required|no basic auth credentials|denied|forbidden", re.IGNORECASE)
 _TLS = re.compile(r"x509|certificate|tls:|HTTP response to HTTPS client", re.IGNORECASE)
 ATTEMPTS = 3
@@ -64,9 +64,7 @@ def check_registry(registry: str, option: str = "--registry") -> str:
     host, _, namespace = registry.strip("/").partition("/")
     looks_like_host = "." in host or ":" in host or host == "localhost"
     if not looks_like_host or (namespace and not re.fullmatch(r"[a-z0-9]+(?:[._/-][a-z0-9]+)*", namespace)):
-        raise UsageProblem(
-            f"{option} {registry!r}: expected HOST[:PORT]/NAMESPACE, for example ghcr.io/acme or localhost:5000/ml"
-        )
+        raise UsageProblem(f"{option} {registry!r}: expected HOST[:PORT]/NAMESPACE, for example ghcr.io/acme or localhost:5000/ml")
     return registry.strip("/")
 
 
@@ -153,8 +151,10 @@ def _push_once(client, repository: str, tag: str, say: Callable[[str], None]) ->
             digest = found[1]
         now = time.monotonic()
         if len(done) != said and (now - said_at > 5 or len(done) == len(layers)):
-            say(f"torchstack: pushing {repository}:{tag}: {len(done)}/{len(layers)} layers"
-                + (f" ({len(already)} already there)" if already else ""))  # fmt: skip
+            say(
+                f"torchstack: pushing {repository}:{tag}: {len(done)}/{len(layers)} layers"
+                + (f" ({len(already)} already there)" if already else "")
+            )
             said, said_at = len(done), now
     if not digest:
         raise _RegistrySaid("the engine reported no manifest digest")
@@ -169,8 +169,9 @@ def _one_line(problem: BaseException) -> str:
     return " ".join(text.split())[:300]
 
 
-def join_architectures(target: str, sources: list[str], expected: dict[str, str], say: Callable[[str], None],
-                       engine: str = "docker") -> str:  # fmt: skip
+def join_architectures(
+    target: str, sources: list[str], expected: dict[str, str], say: Callable[[str], None], engine: str = "docker"
+) -> str:
     """One multi-architecture tag, `target`, over per-architecture images already in the registry,
     made with the engine's CLI (`docker manifest`, or `podman manifest`).
 
@@ -185,6 +186,7 @@ def join_architectures(target: str, sources: list[str], expected: dict[str, str]
         tls = [f"--tls-verify={'false' if is_loopback(host) else 'true'}"]
         _cli("podman", "manifest", "create", scratch)
         try:
+
             def platforms(source: str) -> list[str]:
                 before = _podman_entries(scratch)
                 _cli("podman", "manifest", "add", "--all", *tls, scratch, f"docker://{source}", missing_is_usage=True)
@@ -213,8 +215,9 @@ def join_architectures(target: str, sources: list[str], expected: dict[str, str]
     return digest[0]
 
 
-def _by_architecture(target: str, sources: list[str], expected: dict[str, str],
-                     platforms: Callable[[str], list[str]], say: Callable[[str], None]) -> dict[str, str]:  # fmt: skip
+def _by_architecture(
+    target: str, sources: list[str], expected: dict[str, str], platforms: Callable[[str], list[str]], say: Callable[[str], None]
+) -> dict[str, str]:
     """Each expected architecture's source, from the Docker architecture of each image a source
     names in the registry (`platforms`), said in one line; refused in one line unless there is
     exactly one for each."""

@@ -5,9 +5,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from torchstack.errors import DataError
-from torchstack.layout import BUILD_TREES_DIR, CCACHE_DIR, DOWNLOADS_DIR, IMAGE_PATH, PATCHES_DIR, SOURCE_TREES_DIR, SOURCES_DIR, VENV, WHEELS_DIR
 from torchstack.component import Component, Source
+from torchstack.errors import DataError
+from torchstack.layout import (
+    BUILD_TREES_DIR,
+    CCACHE_DIR,
+    DOWNLOADS_DIR,
+    IMAGE_PATH,
+    PATCHES_DIR,
+    SOURCE_TREES_DIR,
+    SOURCES_DIR,
+    VENV,
+    WHEELS_DIR,
+)
 from torchstack.model import Architecture, Backend, Target
 
 
@@ -53,8 +63,8 @@ def script_inputs(inputs: RecipeInputs) -> dict[str, str]:
 
 def pip_requirements(inputs: RecipeInputs) -> tuple[str, ...]:
     """What the component's step installs with pip: its build requirements when compiled (and
-    what its own tests need, which the dev stage's checks install), else its alternative's requirements. The stage's fetch step downloads them; the step installs
-    them offline (`_offline`)."""
+    what its own tests need, which the dev stage's checks install), else its alternative's requirements. The stage's fetch step
+    downloads them; the step installs them offline (`_offline`)."""
     if inputs.compiles:
         installer = (inputs.component.installer,) if inputs.component.installer else ()
         # Its own tests install it, with what it pulls in, beside what they need (tests/image/dev).
@@ -118,10 +128,20 @@ def acl(inputs: RecipeInputs) -> dict[str, str]:
     tuning = inputs.target.acl
     assert tuning is not None  # selection.refusal: a target without acl: settings is refused
     flags = [
-        "Werror=0", "debug=0", "neon=1", "opencl=0", "embed_kernels=0", "os=linux",
-        f"arch={tuning.arch}", "build=native", f"multi_isa={int(tuning.multi_isa)}",
-        "fixed_format_kernels=1", "openmp=1", "cppthreads=0", f"-j{inputs.jobs}",
-    ]  # fmt: skip
+        "Werror=0",
+        "debug=0",
+        "neon=1",
+        "opencl=0",
+        "embed_kernels=0",
+        "os=linux",
+        f"arch={tuning.arch}",
+        "build=native",
+        f"multi_isa={int(tuning.multi_isa)}",
+        "fixed_format_kernels=1",
+        "openmp=1",
+        "cppthreads=0",
+        f"-j{inputs.jobs}",
+    ]
     env = {}
     if inputs.ccache:
         flags.append("compiler_cache=ccache")  # scons does not pass PATH on to the compiler

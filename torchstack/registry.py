@@ -15,10 +15,14 @@ from torchstack.errors import ToolkitError, UsageProblem
 from torchstack.publish import is_loopback
 
 # Both generations of image manifests and lists: Docker's and OCI's.
-ACCEPT = ", ".join([
-    "application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json",
-    "application/vnd.oci.image.manifest.v1+json", "application/vnd.docker.distribution.manifest.v2+json",
-])  # fmt: skip
+ACCEPT = ", ".join(
+    [
+        "application/vnd.oci.image.index.v1+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.docker.distribution.manifest.v2+json",
+    ]
+)
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 

@@ -21,7 +21,6 @@ from torchstack.errors import ToolkitError
 from torchstack.plan import Plan
 from torchstack.render import refresh_context
 
-
 # What the release holds, as one digest: its build-info and every package with its version, Debian's
 # and Python's (sbom.inventory). Equal for two builds that ship the same, whatever their files' times.
 CONTENT_LABEL = "io.torchstack.content"
@@ -42,11 +41,14 @@ def refresh(client, plan: Plan, image: str, context: Path, log_path: Path, note)
     except archive.ArchiveUnreachable as exc:
         raise ToolkitError(f"the Debian suites could not be read to bring the image up to date ({exc}); no tag was applied") from None
     refresh_context(plan, found.id, [f"{u.package}={u.available}" for u in upgrades], context)
-    result = engine.build_image(client, context, None, plan.platform, {}, False, lambda line: None,
-                                engine.BuildProgress(), "refresh", log_path)  # fmt: skip
+    result = engine.build_image(
+        client, context, None, plan.platform, {}, False, lambda line: None, engine.BuildProgress(), "refresh", log_path
+    )
     if upgrades:
-        note(f"torchstack: {archive.describe(upgrades, 'its suites')}: upgraded in the image's last layer"
-             + (" (from the engine's cache)" if result.cached else ""))  # fmt: skip
+        note(
+            f"torchstack: {archive.describe(upgrades, 'its suites')}: upgraded in the image's last layer"
+            + (" (from the engine's cache)" if result.cached else "")
+        )
     return result.image_id, upgrades
 
 
@@ -105,15 +107,16 @@ def add_records(client, plan: Plan, image: str, context: Path, log_path: Path, n
     context.mkdir(parents=True, exist_ok=True)
     (context / "sbom.cdx.json").write_text(text)
     (context / "build-info.json").write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
-    (context / "Dockerfile").write_text(
-        f"FROM {found.id}\nCOPY build-info.json {layout.BUILD_INFO}\nCOPY sbom.cdx.json {sbom.SBOM}\n"
-    )
+    (context / "Dockerfile").write_text(f"FROM {found.id}\nCOPY build-info.json {layout.BUILD_INFO}\nCOPY sbom.cdx.json {sbom.SBOM}\n")
     labels = {sbom.BUILD_INFO_LABEL: json.dumps(info, sort_keys=True), CONTENT_LABEL: content}
-    result = engine.build_image(client, context, None, plan.platform, labels, False, lambda line: None,
-                                engine.BuildProgress(), "sbom", log_path)  # fmt: skip
+    result = engine.build_image(
+        client, context, None, plan.platform, labels, False, lambda line: None, engine.BuildProgress(), "sbom", log_path
+    )
     path = sbom.write(text, log_path.with_suffix(".sbom.cdx.json"))
-    note(f"torchstack: SBOM ({described['format']}: {described['python_packages']} Python packages, "
-         f"{described['debian_packages']} Debian packages) at {sbom.SBOM} in the image, and {path}")  # fmt: skip
+    note(
+        f"torchstack: SBOM ({described['format']}: {described['python_packages']} Python packages, "
+        f"{described['debian_packages']} Debian packages) at {sbom.SBOM} in the image, and {path}"
+    )
     return result.image_id, path
 
 
@@ -136,6 +139,13 @@ def probe(client, plan: Plan, image: str) -> dict:
     torch, NNPA through libzdnn. {} when the plan names no probe."""
     if not plan.probe_args:
         return {}
-    out = client.containers.run(image, list(plan.probe_args), entrypoint=["python3", f"{layout.TOOLKIT_DIR}/probe.py", "--json"],
-                                remove=True, platform=plan.platform, network_mode="none", labels=sharing.labels())  # fmt: skip
+    out = client.containers.run(
+        image,
+        list(plan.probe_args),
+        entrypoint=["python3", f"{layout.TOOLKIT_DIR}/probe.py", "--json"],
+        remove=True,
+        platform=plan.platform,
+        network_mode="none",
+        labels=sharing.labels(),
+    )
     return json.loads(out.decode().strip().splitlines()[-1])

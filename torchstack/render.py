@@ -123,8 +123,14 @@ def banner(plan: Plan) -> str:
         f"torchstack {plan.release_tag}",
         f"PyTorch {plan.torch_version} on {plan.backend.name}, built for {plan.target.name} ({plan.arch.name}, {plan.target.flag})",
         compiles,
-        *([] if plan.apt.updates else [f"no security updates (--no-security-updates): Debian {plan.distribution.name} as released, "
-                                      f"without its -updates and -security suites"]),
+        *(
+            []
+            if plan.apt.updates
+            else [
+                f"no security updates (--no-security-updates): Debian {plan.distribution.name} as released, "
+                f"without its -updates and -security suites"
+            ]
+        ),
         f"examples: {layout.EXAMPLES_DIR} (see README.md there; each takes --benchmark)",
     ]
     for p in plan.plugins:

@@ -15,14 +15,17 @@ def format_plan(plan: Plan) -> str:
         f"backend       {plan.backend.name}: {plan.backend.description}",
         f"target        {plan.target.name}: {plan.target.flag}" + (f"  [{plan.target_note}]" if plan.target_note else ""),
         f"distribution  {plan.distribution_note}",
-        "apt suites    " + (", ".join(f"{s.name} ({s.url})" for s in plan.apt.suites) if plan.base_is_bootstrapped
-                             else "the --base-image's own") + ("" if plan.apt.updates else "  [--no-security-updates]"),
+        "apt suites    "
+        + (", ".join(f"{s.name} ({s.url})" for s in plan.apt.suites) if plan.base_is_bootstrapped else "the --base-image's own")
+        + ("" if plan.apt.updates else "  [--no-security-updates]"),
         f"compiler      CFLAGS={plan.cflags}  (GCC {plan.distribution.gcc}, {plan.distribution.name})",
         f"torch         {plan.torch_version}",
         f"jobs          {plan.jobs} (PyTorch MAX_JOBS {plan.torch_jobs})" + (f"  [{plan.jobs_note}]" if plan.jobs_note else ""),
         f"builder       {plan.builder}" + (" (BuildKit: ccache cache mount, CA as a secret)" if plan.builder == "buildx" else ""),
-        f"runtime       {plan.runtime}: " + ("with" if plan.runtime == "full" else "without")
-        + " what torch.compile needs; " + (env_line(plan.payload.env) or "no environment defaults"),
+        f"runtime       {plan.runtime}: "
+        + ("with" if plan.runtime == "full" else "without")
+        + " what torch.compile needs; "
+        + (env_line(plan.payload.env) or "no environment defaults"),
         f"base image    {plan.base_image}" + (" (bootstrapped from the Debian archive if absent)" if plan.base_is_bootstrapped else ""),
         "components",
     ]
@@ -75,7 +78,9 @@ def format_inspection(report: dict) -> str:
     ]
     for name, c in info["components"].items():
         how = {"source": "compiled here", "distro": "Debian packages", "wheel": "prebuilt wheel"}[c["method"]]
-        lines.append(f"  {name:<9} {c['version'] or '-':<12} {how}" + (f" ({', '.join(c['debian_packages'])})" if c.get("debian_packages") else ""))
+        lines.append(
+            f"  {name:<9} {c['version'] or '-':<12} {how}" + (f" ({', '.join(c['debian_packages'])})" if c.get("debian_packages") else "")
+        )
         if c.get("source"):
             lines.append(f"            {c['source']['url']}")
             lines.append(f"            sha256 {c['source']['sha256']} ({c['source']['sha256_from']})")
@@ -86,6 +91,8 @@ def format_inspection(report: dict) -> str:
         lines.append("sbom          none in this image")
     else:
         versions = ", ".join(f"{k} {v}" for k, v in sbom["key_versions"].items())
-        lines.append(f"sbom          {sbom['format']}, {sbom['python_packages']} Python packages ({versions}), "
-                     f"{sbom['debian_packages']} Debian packages; the whole of it: {report['sbom_path']}")  # fmt: skip
+        lines.append(
+            f"sbom          {sbom['format']}, {sbom['python_packages']} Python packages ({versions}), "
+            f"{sbom['debian_packages']} Debian packages; the whole of it: {report['sbom_path']}"
+        )
     return "\n".join(lines)

@@ -54,10 +54,25 @@ def resolve(plan: Plan, index_url: str | None = None) -> AppRequirements:
         constraints.write_text("".join(f"{name}=={version}\n" for name, version in sorted(pins.items())))
         report = Path(scratch) / "report.json"
         command = [
-            sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--only-binary=:all:",
-            "--target", str(Path(scratch) / "target"), "--report", str(report), "--python-version", plan.distribution.python,
-            *(f"--platform={tag}" for tag in platforms(plan)), "--constraint", str(constraints), "--requirement", str(app.path),
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--ignore-installed",
+            "--only-binary=:all:",
+            "--target",
+            str(Path(scratch) / "target"),
+            "--report",
+            str(report),
+            "--python-version",
+            plan.distribution.python,
+            *(f"--platform={tag}" for tag in platforms(plan)),
+            "--constraint",
+            str(constraints),
+            "--requirement",
+            str(app.path),
+        ]
         if plan.torch_wheel_file:  # torch itself, not an index's build of the same version, if a requirement needs it
             command += ["--find-links", str(plan.torch_wheel_file.parent)]
         command += pip_index_args(index_url)
@@ -65,8 +80,11 @@ def resolve(plan: Plan, index_url: str | None = None) -> AppRequirements:
         if result.returncode != 0:
             raise UsageProblem(f"--requirements {app.path}: {conflict(result.stdout + result.stderr, pins)}")
         installs = json.loads(report.read_text())["install"]
-    added = [(f"{i['metadata']['name']}=={i['metadata']['version']}", i.get("requested", False))
-             for i in installs if canonicalize_name(i["metadata"]["name"]) not in pins]  # fmt: skip
+    added = [
+        (f"{i['metadata']['name']}=={i['metadata']['version']}", i.get("requested", False))
+        for i in installs
+        if canonicalize_name(i["metadata"]["name"]) not in pins
+    ]
     return AppRequirements(app.path, app.sha256, tuple(pin for pin, named in added if named), tuple(pin for pin, _ in added))
 
 

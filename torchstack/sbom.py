@@ -45,9 +45,14 @@ def inventory(client: docker.DockerClient, image: str, platform: str) -> dict:
     """What `image` holds: [name, version, license expression] per Python distribution of its
     venv, [package, version, architecture, source package] per installed Debian package."""
     output = client.containers.run(
-        image, [f"{VENV}/bin/python3", "-c", _INVENTORY], entrypoint=[], platform=platform, remove=True,
-        network_mode="none", labels=sharing.labels(),
-    )  # fmt: skip
+        image,
+        [f"{VENV}/bin/python3", "-c", _INVENTORY],
+        entrypoint=[],
+        platform=platform,
+        remove=True,
+        network_mode="none",
+        labels=sharing.labels(),
+    )
     return json.loads(output.decode().strip().splitlines()[-1])
 
 
@@ -55,11 +60,15 @@ def document(found: dict, info: dict, image_name: str, created: datetime) -> str
     """The CycloneDX 1.6 JSON document for an image with build-info `info` holding `found`."""
     bom = Bom()
     release = Component(
-        type=ComponentType.CONTAINER, name=image_name.rpartition(":")[0] or image_name, version=info["release_tag"],
+        type=ComponentType.CONTAINER,
+        name=image_name.rpartition(":")[0] or image_name,
+        version=info["release_tag"],
         bom_ref=f"image:{info['release_tag']}",
-        properties=[Property(name=f"torchstack:{key}", value=str(info[key]))
-                    for key in ("arch", "backend", "target", "target_flag", "distribution", "torch_version")],
-    )  # fmt: skip
+        properties=[
+            Property(name=f"torchstack:{key}", value=str(info[key]))
+            for key in ("arch", "backend", "target", "target_flag", "distribution", "torch_version")
+        ],
+    )
     bom.metadata.component = release
     bom.metadata.timestamp = created
     toolkit = info.get("toolkit", {})
@@ -73,18 +82,26 @@ def document(found: dict, info: dict, image_name: str, created: datetime) -> str
     for name, version, license_expression in found["python"]:
         purl = PackageURL(type="pypi", name=re.sub(r"[-_.]+", "-", name).lower(), version=version)
         properties = [Property(name="torchstack:license-expression", value=license_expression)] if license_expression else []
-        part = Component(type=ComponentType.LIBRARY, name=name, version=version, purl=purl,
-                         bom_ref=f"pypi:{purl.name}@{version}", properties=properties)  # fmt: skip
+        part = Component(
+            type=ComponentType.LIBRARY, name=name, version=version, purl=purl, bom_ref=f"pypi:{purl.name}@{version}", properties=properties
+        )
         if purl.name in compiled:
             _compiled_here(part, compiled.pop(purl.name))
         parts.append(part)
     distro = f"debian-{info['distribution']}"
     for package, version, arch, source in found["debian"]:
-        purl = PackageURL(type="deb", namespace="debian", name=package, version=version,
-                          qualifiers={"arch": arch, "distro": distro})  # fmt: skip
+        purl = PackageURL(type="deb", namespace="debian", name=package, version=version, qualifiers={"arch": arch, "distro": distro})
         properties = [Property(name="torchstack:debian-source", value=source)] if source and source != package else []
-        parts.append(Component(type=ComponentType.LIBRARY, name=package, version=version, purl=purl,
-                               bom_ref=f"deb:{package}@{version}:{arch}", properties=properties))  # fmt: skip
+        parts.append(
+            Component(
+                type=ComponentType.LIBRARY,
+                name=package,
+                version=version,
+                purl=purl,
+                bom_ref=f"deb:{package}@{version}:{arch}",
+                properties=properties,
+            )
+        )
     for name, component in compiled.items():
         purl = PackageURL(type="generic", name=name, version=component["version"], qualifiers={"download_url": component["source"]["url"]})
         part = Component(type=ComponentType.LIBRARY, name=name, version=component["version"], purl=purl, bom_ref=f"compiled:{name}")
@@ -102,8 +119,14 @@ def _compiled_here(part: Component, component: dict) -> Component:
     digest = HashType(alg=HashAlgorithm.SHA_256, content=source["sha256"])
     part.description = f"compiled from source here, installed in {component['prefix'] or VENV}"
     part.hashes.add(digest)
-    part.external_references.add(ExternalReference(type=ExternalReferenceType.DISTRIBUTION, url=XsUri(source["url"]),
-                                                   hashes=[digest], comment=f"sha256 from {source['sha256_from']}"))  # fmt: skip
+    part.external_references.add(
+        ExternalReference(
+            type=ExternalReferenceType.DISTRIBUTION,
+            url=XsUri(source["url"]),
+            hashes=[digest],
+            comment=f"sha256 from {source['sha256_from']}",
+        )
+    )
     for p in component["patches"]:
         part.properties.add(Property(name="torchstack:patch", value=f"{p['name']} sha256:{p['sha256']}"))
     part.properties.add(Property(name="torchstack:compiled-here", value="true"))

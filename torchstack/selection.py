@@ -58,8 +58,9 @@ def _libraries(catalog: Catalog, request: Request, torch_method: str | None) -> 
     return list(request.libraries)
 
 
-def refusal(catalog: Catalog, backend: Backend, arch: str, target: Target, distribution: Distribution,
-            methods: dict[str, str]) -> str | None:  # fmt: skip
+def refusal(
+    catalog: Catalog, backend: Backend, arch: str, target: Target, distribution: Distribution, methods: dict[str, str]
+) -> str | None:
     """Why this combination cannot be built, or None. The one set of rules: the planner refuses
     with it before computing anything, and every enumeration of builds (tests, matrices) uses it."""
     if arch not in backend.arches:
@@ -79,8 +80,7 @@ def refusal(catalog: Catalog, backend: Backend, arch: str, target: Target, distr
             return f"target {target.name} has no {component.tuning}: settings, which compiling {name} for backend {backend.name} needs"
     if methods.get("torch") == "wheel" and not backend.wheel_markers:
         return (
-            f"backend {backend.name} needs torch built from source (--torch-from source): "
-            "no prebuilt wheel is known to be built that way"
+            f"backend {backend.name} needs torch built from source (--torch-from source): no prebuilt wheel is known to be built that way"
         )
     return None
 
@@ -151,7 +151,10 @@ def select(catalog: Catalog, request: Request, host_arch: str) -> Selection:
     stage = BUILD_TYPE_ALIASES.get(request.build_type, request.build_type)
     plugins = ()
     if stage == "final":
-        named = {**{p: f"backend {backend.name}" for p in backend.plugins}, **{lib: "--with" for lib in _libraries(catalog, request, methods.get("torch"))}}
+        named = {
+            **{p: f"backend {backend.name}" for p in backend.plugins},
+            **{lib: "--with" for lib in _libraries(catalog, request, methods.get("torch"))},
+        }
         plugins = choose(catalog, request.plugin_wheels, named, arch_name, distribution.python, torch_version, request.plugin_cache)
     elif request.plugin_wheels or request.libraries:
         option = "--plugin-wheel" if request.plugin_wheels else "--with"
@@ -206,8 +209,10 @@ def tuning_problem(catalog: Catalog, target: Target) -> str | None:
         for key, per_arch in component.tuning_values.items() if settings else ():
             value, allowed = str(getattr(settings, key)), per_arch.get(target.arch, ())
             if value not in allowed:
-                return (f"{component.tuning}.{key}: {value!r} is not a {key} {component.name} accepts for {target.arch} "
-                        f"({component.tuning_values_from}); one of {', '.join(allowed)}")  # fmt: skip
+                return (
+                    f"{component.tuning}.{key}: {value!r} is not a {key} {component.name} accepts for {target.arch} "
+                    f"({component.tuning_values_from}); one of {', '.join(allowed)}"
+                )
     return None
 
 
@@ -233,9 +238,7 @@ def _resolve_target(catalog: Catalog, request: Request, arch: str, host_arch: st
         valid = catalog.target_names(arch) + ["native", "custom"]
         elsewhere = catalog.arches_of_target(name)
         if elsewhere:
-            raise UsageProblem(
-                f"--build-target {name} is for {', '.join(elsewhere)}, not {arch}; targets for {arch}: {', '.join(valid)}"
-            )
+            raise UsageProblem(f"--build-target {name} is for {', '.join(elsewhere)}, not {arch}; targets for {arch}: {', '.join(valid)}")
         raise _fail_choice("--build-target", name, sorted(set(catalog.target_names())) + ["native", "custom"])
     note = f"{name} is an alias of {target.name}" if name != target.name else ""
     return target, note
@@ -256,12 +259,18 @@ def _resolve_distribution(catalog: Catalog, request: Request, arch: str, methods
         why = "a wheel of its Python from the index" if methods.get("torch") == "wheel" else "torch compiled here"
         return default, f"{default.name} (Python {default.python}): the default Debian release ({why})"
     for distribution in newest:
-        fitting = [n for n in names if n.fits(arch, distribution.python)
-                   and (request.torch_version is None or n.version.split("+")[0] == request.torch_version.split("+")[0])]  # fmt: skip
+        fitting = [
+            n
+            for n in names
+            if n.fits(arch, distribution.python)
+            and (request.torch_version is None or n.version.split("+")[0] == request.torch_version.split("+")[0])
+        ]
         if fitting:
             newer = [f"{d.name} has Python {d.python}" for d in newest[: newest.index(distribution)]]
-            return distribution, (f"{distribution.name} (Python {distribution.python}): the newest Debian release whose "
-                                  f"Python the torch wheel is for ({fitting[0].python}" + "".join(f"; {n}" for n in newer) + ")")  # fmt: skip
+            return distribution, (
+                f"{distribution.name} (Python {distribution.python}): the newest Debian release whose "
+                f"Python the torch wheel is for ({fitting[0].python}" + "".join(f"; {n}" for n in newer) + ")"
+            )
     return default, f"{default.name} (Python {default.python}): the default Debian release"
 
 

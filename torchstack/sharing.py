@@ -109,11 +109,7 @@ def remove_leftovers(client: docker.DockerClient, folders: Path) -> list[str]:
     """Remove what runs that ended without cleaning up (SIGKILL) left: their containers, and their
     private folders under `folders`. What was removed, one phrase each."""
     removed = []
-    ended = {
-        c.labels[LABEL]
-        for c in client.containers.list(all=True, filters={"label": LABEL})
-        if gone(c.labels.get(LABEL, ""))
-    }
+    ended = {c.labels[LABEL] for c in client.containers.list(all=True, filters={"label": LABEL}) if gone(c.labels.get(LABEL, ""))}
     for who in sorted(ended):
         removed.append(f"{remove_containers(client, who)} container(s) of {who}")
     for folder in sorted(folders.glob("*+*+*+*")) if folders.is_dir() else ():

@@ -79,14 +79,25 @@ def sign(reference: str, key: str, sbom: Path | None, provenance: dict | None, r
             if isinstance(predicate, dict):
                 (Path(work) / "provenance.json").write_text(json.dumps(predicate, indent=1))
                 predicate = Path(work) / "provenance.json"
-            _cosign(f"attesting {kind} to {reference}", "attest", "--key", key, *OFFLINE_SIGN, "--type", kind,
-                    "--predicate", str(predicate), reference)  # fmt: skip
+            _cosign(
+                f"attesting {kind} to {reference}",
+                "attest",
+                "--key",
+                key,
+                *OFFLINE_SIGN,
+                "--type",
+                kind,
+                "--predicate",
+                str(predicate),
+                reference,
+            )
             attached.append(ATTESTATIONS[kind])
     return {"reference": reference, "recursive": recursive, "attestations": attached}
 
 
-def sign_release(plan: Plan, info: dict, pushed: list, registry_name: str, key: str, sbom: Path | None, base_id: str, engine: str,
-                 started: datetime) -> dict:  # fmt: skip
+def sign_release(
+    plan: Plan, info: dict, pushed: list, registry_name: str, key: str, sbom: Path | None, base_id: str, engine: str, started: datetime
+) -> dict:
     """--sign: the release image as pushed (by digest), signed, with its SBOM and its provenance
     (with `info`, the image's build-info label) attested."""
     remote = f"{registry_name}/{plan.top_image}"
@@ -102,8 +113,17 @@ class Verified:
 
 
 def _statements(reference: str, key: str, kind: str) -> list[dict]:
-    out = _cosign(f"{reference}: no {kind} attestation verifies with this key", "verify-attestation", "--key", key,
-                  *OFFLINE_VERIFY, "--type", kind, reference, failure=NotVerified)  # fmt: skip
+    out = _cosign(
+        f"{reference}: no {kind} attestation verifies with this key",
+        "verify-attestation",
+        "--key",
+        key,
+        *OFFLINE_VERIFY,
+        "--type",
+        kind,
+        reference,
+        failure=NotVerified,
+    )
     found = []
     for line in out.splitlines():
         if line.strip().startswith("{"):
@@ -113,8 +133,15 @@ def _statements(reference: str, key: str, kind: str) -> list[dict]:
 
 
 def _verify_signature(pinned: str, key: str) -> None:
-    _cosign(f"{pinned}: no signature verifies with this key (unsigned, or signed with another)", "verify", "--key", key,
-            *OFFLINE_VERIFY, pinned, failure=NotVerified)  # fmt: skip
+    _cosign(
+        f"{pinned}: no signature verifies with this key (unsigned, or signed with another)",
+        "verify",
+        "--key",
+        key,
+        *OFFLINE_VERIFY,
+        pinned,
+        failure=NotVerified,
+    )
 
 
 def _verify_image(where: registry.Registry, ref: registry.Reference, digest: str, manifest: dict, key: str, tag: str | None) -> str:
@@ -129,8 +156,12 @@ def _verify_image(where: registry.Registry, ref: registry.Reference, digest: str
         raise NotVerified(f"{ref}: the tag points at an image built as {built_as} ({digest}); verify a release tag or a digest")
     for kind, predicate_type in ATTESTATIONS.items():
         statements = _statements(pinned, key, kind)
-        about = [s for s in statements if s.get("predicateType") == predicate_type
-                 and any(f"sha256:{sub.get('digest', {}).get('sha256')}" == digest for sub in s.get("subject", []))]  # fmt: skip
+        about = [
+            s
+            for s in statements
+            if s.get("predicateType") == predicate_type
+            and any(f"sha256:{sub.get('digest', {}).get('sha256')}" == digest for sub in s.get("subject", []))
+        ]
         if not about:
             raise NotVerified(f"{pinned}: its {kind} attestation is about another image, not this digest")
         if kind == "slsaprovenance1":

@@ -11,8 +11,8 @@ import urllib.request
 from http.client import HTTPException
 from pathlib import Path
 
-from torchstack.errors import ChecksumMismatch, ToolkitError
 from torchstack.component import Source
+from torchstack.errors import ChecksumMismatch, ToolkitError
 from torchstack.plan import Plan
 
 ATTEMPTS = 4
@@ -118,9 +118,7 @@ def cached_sources(plan: Plan, cache: Path | None = None) -> dict[str, Path]:
     return {name: cache / name for name in plan_sources(plan) if (cache / name).is_file()}
 
 
-def fetch_plan_sources(
-    plan: Plan, mirror: str | None, mirror_dir: Path | None = None, cache: Path | None = None
-) -> dict[str, Path]:
+def fetch_plan_sources(plan: Plan, mirror: str | None, mirror_dir: Path | None = None, cache: Path | None = None) -> dict[str, Path]:
     """Fetch and verify every source of the plan; optionally copy them into a mirror folder."""
     paths = {name: fetch_source(component, source, mirror, cache) for name, (component, source) in plan_sources(plan).items()}
     if mirror_dir is not None:

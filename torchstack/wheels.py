@@ -15,9 +15,7 @@ from torchstack import sharing
 from torchstack.errors import ToolkitError, UsageProblem
 
 # torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
-_WHEEL = re.compile(
-    r"(?P<name>[^-]+)-(?P<version>[^-]+)(?:-\d[^-]*)?-(?P<python>[^-]+)-(?P<abi>[^-]+)-(?P<platform>[^-]+)\.whl"
-)
+_WHEEL = re.compile(r"(?P<name>[^-]+)-(?P<version>[^-]+)(?:-\d[^-]*)?-(?P<python>[^-]+)-(?P<abi>[^-]+)-(?P<platform>[^-]+)\.whl")
 
 
 @dataclass(frozen=True)
@@ -42,9 +40,7 @@ class WheelSpec:
         local = local_wheels(text)
         if local:
             return cls(*local)
-        raise UsageProblem(
-            f"--torch-wheel {text!r}: not a .whl file, a folder of wheels, the URL of a wheel or of an index, or 'index'"
-        )
+        raise UsageProblem(f"--torch-wheel {text!r}: not a .whl file, a folder of wheels, the URL of a wheel or of an index, or 'index'")
 
 
 def local_wheels(text: str) -> tuple[str, str] | None:
@@ -82,9 +78,10 @@ def wheelhouse_wheels() -> tuple[WheelName, ...]:
     result = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
     folders = [
         Path(value.removeprefix("file://"))
-        for line in result.stdout.splitlines() if line.split("=", 1)[0].endswith(".find-links")
+        for line in result.stdout.splitlines()
+        if line.split("=", 1)[0].endswith(".find-links")
         for value in line.split("=", 1)[1].strip("'\"").split()
-    ]  # fmt: skip
+    ]
     found = {p.name for folder in folders if folder.is_dir() for p in folder.glob("torch-*.whl")}
     return tuple(WheelName.parse(name) for name in sorted(found))
 
@@ -157,10 +154,25 @@ def download_wheel(
     """pip download of one NAME==VERSION wheel (no dependencies) for the image's platform and Python."""
     dest.mkdir(parents=True, exist_ok=True)
     command = [
-        sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-        "--platform", f"manylinux_2_28_{arch}", "--platform", f"manylinux2014_{arch}",
-        "--python-version", python, "--dest", str(dest), *(extra or []), requirement, *pip_index_args(index_url),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--platform",
+        f"manylinux_2_28_{arch}",
+        "--platform",
+        f"manylinux2014_{arch}",
+        "--python-version",
+        python,
+        "--dest",
+        str(dest),
+        *(extra or []),
+        requirement,
+        *pip_index_args(index_url),
+    ]
     # One pip at a time into a folder: another run's pip may be writing the very file.
     with sharing.lock(dest, ".download", lambda line: print(line, file=sys.stderr), f"downloading into {dest}"):
         result = subprocess.run(command, capture_output=True, text=True)
@@ -201,9 +213,11 @@ def _complex_dot_defect(path: Path, size: int, mtime_ns: int) -> str | None:
                 tail = window[-32:]
     if not fortran or cblas:
         return None
-    return (f"{path.name} calls BLAS's complex dot as zdotu_(&result, ...) (built without BLAS_USE_CBLAS_DOT: its "
-            f"libtorch_cpu.so imports zdotu_ and no cblas_zdotu_sub), while the OpenBLAS it bundles ({bundled[0]}) returns "
-            "the result: torch.dot and torch.vdot of complex tensors are wrong (0)")  # fmt: skip
+    return (
+        f"{path.name} calls BLAS's complex dot as zdotu_(&result, ...) (built without BLAS_USE_CBLAS_DOT: its "
+        f"libtorch_cpu.so imports zdotu_ and no cblas_zdotu_sub), while the OpenBLAS it bundles ({bundled[0]}) returns "
+        "the result: torch.dot and torch.vdot of complex tensors are wrong (0)"
+    )
 
 
 def complex_dot_defect(path: Path) -> str | None:
@@ -235,9 +249,7 @@ def check_contents(path: Path, backend: str, markers: tuple[str, ...], excludes:
     basenames = _wheel(path)[0]
     missing = [m for m in markers if not any(n.startswith(m) for n in basenames)]
     if missing:
-        raise UsageProblem(
-            f"{path.name} is not a {backend} build (it lacks {', '.join(missing)}); tagging it {backend} would be false"
-        )
+        raise UsageProblem(f"{path.name} is not a {backend} build (it lacks {', '.join(missing)}); tagging it {backend} would be false")
     found = [e for e in excludes if any(n.startswith(e) for n in basenames)]
     if found:
         raise UsageProblem(

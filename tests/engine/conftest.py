@@ -60,21 +60,62 @@ X86_DISTRIBUTION = ["--distribution", "bookworm"]
 # BuildKit's tools chain (numpy compiled with the compiler cache mount): the session's BuildKit
 # chain builds it first (BUILDKIT_FIRST, under a tag of its own), the reuse test pushes it for an
 # empty engine, and so takes it from the engine's cache.
-BUILDKIT_TOOLS = ["--build-type", "tools", *X86_DISTRIBUTION, "--openblas-from", "distro", "--builder", "buildx", "--ca-bundle",
-                  str(CA_BUNDLE), "--tag", "buildkit-tools"]  # fmt: skip
+BUILDKIT_TOOLS = [
+    "--build-type",
+    "tools",
+    *X86_DISTRIBUTION,
+    "--openblas-from",
+    "distro",
+    "--builder",
+    "buildx",
+    "--ca-bundle",
+    str(CA_BUNDLE),
+    "--tag",
+    "buildkit-tools",
+]
 
 # The arm64 image the emulated tests build: PyPI's aarch64 torch wheels are CPU builds carrying
 # oneDNN with ACL up to torch 2.8; from 2.9 on they are CUDA builds, which the toolkit refuses for
 # a CPU image. The 2.8.0 wheel reports itself as 2.8.0+cpu: the labels carry that, the tag 2.8.0.
 # With torchvision 0.23.0, PyPI's aarch64 wheel paired with it (a CPU build, like that torch).
-ARM64_ARGS = ["--backend", "onednn-acl", "--torch-from", "wheel", "--torch-wheel", "https://pypi.org/simple/", "--torch-version", "2.8.0",
-              "--openblas-from", "distro", "--numpy-from", "wheel", "--with", "torchvision", "--ca-bundle", str(CA_BUNDLE)]  # fmt: skip
+ARM64_ARGS = [
+    "--backend",
+    "onednn-acl",
+    "--torch-from",
+    "wheel",
+    "--torch-wheel",
+    "https://pypi.org/simple/",
+    "--torch-version",
+    "2.8.0",
+    "--openblas-from",
+    "distro",
+    "--numpy-from",
+    "wheel",
+    "--with",
+    "torchvision",
+    "--ca-bundle",
+    str(CA_BUNDLE),
+]
 
 
 def pypi_wheel(dest: Path, requirement: str) -> Path:
     """PyPI's wheel of `requirement` (NAME==VERSION) for the x86_64 images' Python (3.11), downloaded into `dest`."""
-    download = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                "--platform", "manylinux_2_28_x86_64", "--python-version", "3.11", "--dest", str(dest), requirement]  # fmt: skip
+    download = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--platform",
+        "manylinux_2_28_x86_64",
+        "--python-version",
+        "3.11",
+        "--dest",
+        str(dest),
+        requirement,
+    ]
     subprocess.run(download, check=True, timeout=600)
     return next(dest.glob(f"{requirement.partition('==')[0]}-*.whl"))
 
@@ -86,9 +127,13 @@ def numpy_wheel(dest: Path) -> Path:
 
 def run_build_py(*args: str, cwd: Path = ROOT, timeout: int = 3000, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(cwd / "build.py"), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+        [sys.executable, str(cwd / "build.py"), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         env={**os.environ, **(env or {})},
-    )  # fmt: skip
+    )
 
 
 def files_holding(image, needle: bytes) -> list[str]:
@@ -172,9 +217,17 @@ class Background:
                 raise
             self.output = open(self.folder / "output.log", "w+")
             reported = [*(["--json", str(self.folder / "summary.json")] if self.summary else []), *(["--recheck"] if self.recheck else [])]
-            command = [*(["nice", "-n", "19"] if self.nice else []), sys.executable, str(self.root / "build.py"), *self.args, *self.extra, *reported]
-            self.process = subprocess.Popen(command, cwd=self.root, stdout=self.output, stderr=subprocess.STDOUT,
-                                            env={**os.environ, **self.env})  # fmt: skip
+            command = [
+                *(["nice", "-n", "19"] if self.nice else []),
+                sys.executable,
+                str(self.root / "build.py"),
+                *self.args,
+                *self.extra,
+                *reported,
+            ]
+            self.process = subprocess.Popen(
+                command, cwd=self.root, stdout=self.output, stderr=subprocess.STDOUT, env={**os.environ, **self.env}
+            )
 
     def wait(self, until: str = "") -> bool:
         """Until it ended, or (`until`) until its output shows that text; whether it got there
@@ -323,8 +376,10 @@ class LowWeight:
     driver, another cgroup parent), nothing changes: the chain runs beside the tests at their
     weight. The weight found is put back when the chain ends, and at the session's end."""
 
-    FILES = (("/sys/fs/cgroup/cpu/docker/buildkit/cpu.shares", "2", "1024"),  # cgroup v1
-             ("/sys/fs/cgroup/docker/buildkit/cpu.weight", "1", "100"))  # v2  # fmt: skip
+    FILES = (
+        ("/sys/fs/cgroup/cpu/docker/buildkit/cpu.shares", "2", "1024"),  # cgroup v1
+        ("/sys/fs/cgroup/docker/buildkit/cpu.weight", "1", "100"),
+    )  # v2
 
     def __init__(self):
         self.found: dict[Path, str] = {}
@@ -393,6 +448,7 @@ def pytest_collection_modifyitems(session, config, items):
     goes with the later); of the `buildkit` ones, those that wait for the BuildKit chain last, the
     others beside it. The fixtures they share with tests of their module are session-scoped
     (test_podman's engine and build), so that moving them does not set those up twice."""
+
     def lateness(item) -> tuple[int, bool]:
         names = {*getattr(item, "fixturenames", ()), *(mark.name for mark in item.iter_markers())}
         return max((i + 1 for i, name in enumerate(LATE) if name in names), default=0), "buildkit_first" in names
@@ -447,8 +503,10 @@ def _skopeo_image() -> str:
     if made.returncode != 0:
         raise RuntimeError(f"bootstrapping trixie failed: {made.stderr[-2000:]}")
     os_image = made.stdout.strip().splitlines()[-1]
-    dockerfile = (f"FROM {os_image}\nRUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
-                  "--no-install-recommends skopeo > /dev/null && rm -rf /var/lib/apt/lists/*\n")  # fmt: skip
+    dockerfile = (
+        f"FROM {os_image}\nRUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
+        "--no-install-recommends skopeo > /dev/null && rm -rf /var/lib/apt/lists/*\n"
+    )
     docker.from_env().images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=SKOPEO_IMAGE, rm=True, network_mode="host")
     return SKOPEO_IMAGE
 
@@ -467,6 +525,7 @@ def _in_turn(*steps: tuple[tuple, list]) -> None:
     each starter; none if one of them failed (or was stopped: the session is ending). A starter
     that fails leaves its failure to the test that asks for its result (it starts again there,
     in the foreground)."""
+
     def run() -> None:
         for builds, starters in steps:
             got_there = [build.wait(until) for build, until in (b if isinstance(b, tuple) else (b, "") for b in builds)]
@@ -482,6 +541,7 @@ def _in_turn(*steps: tuple[tuple, list]) -> None:
 def pytest_configure(config):
     """A CI job's cancel (SIGTERM) ends the session as Ctrl-C does: fixtures torn down and
     pytest_sessionfinish run (the background builds stopped, BuildKit's weight put back)."""
+
     def interrupted(signum, frame):
         raise KeyboardInterrupt
 
@@ -511,7 +571,10 @@ def pytest_collection_finish(session):
         ((X86,), starters(("skopeo", SKOPEO))),
         ((X86, ARM64), starters(("zendnn_build", ZENDNN), ("pushed", PUSHED)) if x86 else []),
         ((PUSHED,), starters(("built_on_b", ENGINE_B), ("podman_build", PODMAN_BUILD)) if x86 else []),
-        ((ZENDNN, ARM64), [*(starters(("requirements_build", WITH_REQUIREMENTS)) if x86 else []), *starters(("arm64_pushed", ARM64_PUSHED))]),
+        (
+            (ZENDNN, ARM64),
+            [*(starters(("requirements_build", WITH_REQUIREMENTS)) if x86 else []), *starters(("arm64_pushed", ARM64_PUSHED))],
+        ),
     )
     if "buildkit_first" in wanted:
         threading.Thread(target=_buildkit_chain, daemon=True).start()
@@ -525,8 +588,19 @@ def pytest_runtest_logfinish(nodeid, location):
 
 
 def pytest_sessionfinish(session):
-    for build in (ZENDNN, ARM64, ARM64_OS, X86, ENGINE_B, PODMAN_BUILD, WITH_REQUIREMENTS, PUSHED, ARM64_PUSHED,
-                  BUILDKIT_FIRST, BUILDKIT_PATCHED):  # fmt: skip
+    for build in (
+        ZENDNN,
+        ARM64,
+        ARM64_OS,
+        X86,
+        ENGINE_B,
+        PODMAN_BUILD,
+        WITH_REQUIREMENTS,
+        PUSHED,
+        ARM64_PUSHED,
+        BUILDKIT_FIRST,
+        BUILDKIT_PATCHED,
+    ):
         build.stop()
     BUILDKIT_WEIGHT.release()
     if BUILDKIT_FIRST.process is not None:
@@ -651,8 +725,9 @@ def running_registry(folder: Path, auth: bool) -> Iterator[str]:
         (folder / "htpasswd").write_text("")
         config["auth"] = {"htpasswd": {"realm": "torchstack-test", "path": str(folder / "htpasswd")}}
     (folder / "config.yml").write_text(json.dumps(config))  # JSON is YAML
-    server = subprocess.Popen([binary, "serve", str(folder / "config.yml")], stdout=subprocess.DEVNULL,
-                              stderr=open(folder / "registry.log", "w"))  # fmt: skip
+    server = subprocess.Popen(
+        [binary, "serve", str(folder / "config.yml")], stdout=subprocess.DEVNULL, stderr=open(folder / "registry.log", "w")
+    )
     address = f"127.0.0.1:{port}"
     for _ in range(100):
         try:
@@ -714,8 +789,13 @@ def _cosign_keys(stack: contextlib.ExitStack) -> dict:
     env = {"COSIGN_PASSWORD": uuid.uuid4().hex}
     keys = {}
     for name in ("ours", "other"):
-        made = subprocess.run(["cosign", "generate-key-pair", "--output-key-prefix", str(folder / name)],
-                              env={**os.environ, **env}, capture_output=True, text=True, timeout=60)  # fmt: skip
+        made = subprocess.run(
+            ["cosign", "generate-key-pair", "--output-key-prefix", str(folder / name)],
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert made.returncode == 0, made.stderr
         keys[name] = (folder / f"{name}.key", folder / f"{name}.pub")
     return {**keys, "env": env}
@@ -742,7 +822,16 @@ def cosign_keys() -> dict:
 def _push_inputs(folder: Path) -> list[str]:
     keys = COSIGN_KEYS.get()
     PUSHED.env = keys["env"]
-    return ["--torch-wheel", x86_wheelhouse(), "--push", "--push-stages", "--registry", f"{REGISTRY.get()}/ml", "--sign", str(keys["ours"][0])]
+    return [
+        "--torch-wheel",
+        x86_wheelhouse(),
+        "--push",
+        "--push-stages",
+        "--registry",
+        f"{REGISTRY.get()}/ml",
+        "--sign",
+        str(keys["ours"][0]),
+    ]
 
 
 # The README's build again, with --push --push-stages --sign: a no-op rebuild (its checks not run
@@ -840,8 +929,10 @@ def stop(process: subprocess.Popen) -> None:
 
 def listed_architectures(registry: str, repository: str, tag: str) -> list[str]:
     """The architectures of a multi-architecture tag, as the registry lists them."""
-    request = urllib.request.Request(f"http://{registry}/v2/{repository}/manifests/{tag}", headers={
-        "Accept": "application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.oci.image.index.v1+json"})  # fmt: skip
+    request = urllib.request.Request(
+        f"http://{registry}/v2/{repository}/manifests/{tag}",
+        headers={"Accept": "application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.oci.image.index.v1+json"},
+    )
     with urllib.request.urlopen(request, timeout=10) as answer:
         return sorted(m["platform"]["architecture"] for m in json.load(answer)["manifests"])
 
@@ -862,9 +953,17 @@ def second_engine() -> Iterator[str]:
     bridge = f"tsb{os.getpid() % 100000}"
     for step in (["link", "add", bridge, "type", "bridge"], ["addr", "add", "10.213.77.1/24", "dev", bridge]):
         subprocess.run([ip, *step], check=True, capture_output=True)
-    command = [dockerd, f"--data-root={folder / 'data'}", f"--exec-root={folder / 'exec'}", f"--pidfile={folder / 'pid'}",
-               f"--host=unix://{socket_path}", f"--bridge={bridge}", "--iptables=false", "--ip-masq=false",
-               "--cgroup-parent=/torchstack-second-engine"]  # fmt: skip
+    command = [
+        dockerd,
+        f"--data-root={folder / 'data'}",
+        f"--exec-root={folder / 'exec'}",
+        f"--pidfile={folder / 'pid'}",
+        f"--host=unix://{socket_path}",
+        f"--bridge={bridge}",
+        "--iptables=false",
+        "--ip-masq=false",
+        "--cgroup-parent=/torchstack-second-engine",
+    ]
     log = open(folder / "dockerd.log", "w")
     daemon = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     host = f"unix://{socket_path}"
@@ -895,20 +994,24 @@ def podman_engine(registry: str) -> Iterator[dict]:
     if not podman:
         pytest.fail("podman is missing: run scripts/setup-host.sh")
     folder = Path(tempfile.mkdtemp(prefix="tsp-", dir="/var/tmp"))  # overlay storage: not on a tmpfs
-    (folder / "storage.conf").write_text(
-        f'[storage]\ndriver = "overlay"\ngraphroot = "{folder}/root"\nrunroot = "{folder}/run"\n'
-    )
+    (folder / "storage.conf").write_text(f'[storage]\ndriver = "overlay"\ngraphroot = "{folder}/root"\nrunroot = "{folder}/run"\n')
     (folder / "registries.conf").write_text(f'[[registry]]\nlocation = "{registry}"\ninsecure = true\n')
-    env = {"CONTAINERS_STORAGE_CONF": str(folder / "storage.conf"), "CONTAINERS_REGISTRIES_CONF": str(folder / "registries.conf"),
-           "CONTAINER_HOST": f"unix://{folder}/podman.sock"}  # fmt: skip
+    env = {
+        "CONTAINERS_STORAGE_CONF": str(folder / "storage.conf"),
+        "CONTAINERS_REGISTRIES_CONF": str(folder / "registries.conf"),
+        "CONTAINER_HOST": f"unix://{folder}/podman.sock",
+    }
     log = open(folder / "podman.log", "w")
     # Not given CONTAINER_HOST itself: with it, podman is a client of that socket (its --remote).
     own = {k: v for k, v in os.environ.items() if k not in ("CONTAINER_HOST", "DOCKER_HOST")}
     # Its TMPDIR is the folder's: Podman 4.3's API leaves a digest.txt file there for every push.
     (folder / "tmp").mkdir()
-    service = subprocess.Popen([podman, "system", "service", "--time=0", env["CONTAINER_HOST"]],
-                               env={**own, **{k: v for k, v in env.items() if k != "CONTAINER_HOST"}, "TMPDIR": str(folder / "tmp")},
-                               stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    service = subprocess.Popen(
+        [podman, "system", "service", "--time=0", env["CONTAINER_HOST"]],
+        env={**own, **{k: v for k, v in env.items() if k != "CONTAINER_HOST"}, "TMPDIR": str(folder / "tmp")},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         wait_for_engine(service, env["CONTAINER_HOST"], folder / "podman.log", "Podman's service")
         yield env

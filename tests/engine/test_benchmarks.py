@@ -19,8 +19,10 @@ def test_the_benchmark_prints_and_writes_every_figure(x86_build, tmp_path):
     figures_file = tmp_path / "figures.json"
     result = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--short", "--wheelhouse", x86_wheelhouse(), "--json", str(figures_file)],
-        capture_output=True, text=True, timeout=1800,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     figures = json.loads(figures_file.read_text())
     print(result.stdout)

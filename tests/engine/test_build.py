@@ -11,7 +11,16 @@ import time
 
 import pytest
 
-from tests.engine.conftest import CA_BUNDLE, README_ARGS, X86_ARGS, X86_DISTRIBUTION, files_holding, leftovers_of, run_build_py, untag, x86_wheelhouse
+from tests.engine.conftest import (
+    CA_BUNDLE,
+    README_ARGS,
+    X86_ARGS,
+    X86_DISTRIBUTION,
+    files_holding,
+    leftovers_of,
+    run_build_py,
+    x86_wheelhouse,
+)
 from torchstack import sharing
 from torchstack.model import ROOT
 from torchstack.tags import tag_version
@@ -36,8 +45,9 @@ def test_the_first_command_finds_torch_in_a_wheelhouse_and_says_where_else_to_lo
     PIP_FIND_LINKS naming one, the same build as the session's, offline."""
     offline = {"PIP_CONFIG_FILE": "/dev/null", "HTTPS_PROXY": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9"}
     no_wheelhouse = {**{k: v for k, v in os.environ.items() if k != "PIP_FIND_LINKS"}, **offline}
-    refused = subprocess.run([sys.executable, "build.py", *README_ARGS, "--no-test"], cwd=ROOT, capture_output=True,
-                             text=True, timeout=600, env=no_wheelhouse)  # fmt: skip
+    refused = subprocess.run(
+        [sys.executable, "build.py", *README_ARGS, "--no-test"], cwd=ROOT, capture_output=True, text=True, timeout=600, env=no_wheelhouse
+    )
     assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr[-2000:]
     assert "https://download.pytorch.org/whl/cpu" in refused.stderr and "PIP_FIND_LINKS=DIR" in refused.stderr, refused.stderr
     summary = tmp_path / "wheelhouse.json"
@@ -104,9 +114,10 @@ def test_a_failing_step_names_stage_step_output_and_log(client, x86_build, repo_
 
 
 # A CI runner cancels a job with SIGTERM (then SIGKILL); a person presses Ctrl-C (SIGINT).
-@pytest.mark.parametrize(("builder", "cache_hit", "sent", "code"),
-                         [("docker", "---> Using cache", signal.SIGTERM, 143),
-                          pytest.param("buildx", "CACHED", signal.SIGINT, 130, marks=pytest.mark.buildkit)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("builder", "cache_hit", "sent", "code"),
+    [("docker", "---> Using cache", signal.SIGTERM, 143), pytest.param("buildx", "CACHED", signal.SIGINT, 130, marks=pytest.mark.buildkit)],
+)
 def test_a_cancelled_build_leaves_no_tag_no_container_no_context_and_the_next_run_resumes_from_cache(
     client, repo_copy, unique_tag, builder, cache_hit, sent, code
 ):
@@ -114,8 +125,19 @@ def test_a_cancelled_build_leaves_no_tag_no_container_no_context_and_the_next_ru
     original = template.read_text()
     marker = f"echo finished-before-the-interrupt {unique_tag}"
     template.write_text(original.replace("{{ common.finish() }}", f"RUN {marker}\nRUN sleep 600\n{{{{ common.finish() }}}}"))
-    args = [sys.executable, str(repo_copy / "build.py"), "--build-type", "libs", *X86_DISTRIBUTION, "--openblas-from", "distro",
-            "--tag", unique_tag, "--builder", builder]  # fmt: skip
+    args = [
+        sys.executable,
+        str(repo_copy / "build.py"),
+        "--build-type",
+        "libs",
+        *X86_DISTRIBUTION,
+        "--openblas-from",
+        "distro",
+        "--tag",
+        unique_tag,
+        "--builder",
+        builder,
+    ]
     build = subprocess.Popen(args, cwd=repo_copy, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     for line in build.stderr:
         if "RUN sleep 600" in line:

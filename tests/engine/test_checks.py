@@ -43,8 +43,9 @@ def test_a_planted_build_tool_and_ca_bundle_are_caught(client, x86_build, tmp_pa
     pem = "-----BEGIN CERTIFICATE-----" + CA_BUNDLE.read_text().split("-----BEGIN CERTIFICATE-----")[-1]
     (tmp_path / "proxy-ca.pem").write_text(pem)
     steps = f"COPY --from={tools} /usr/bin/patch /usr/local/bin/patch\nCOPY proxy-ca.pem /opt/venv/lib/proxy-ca.pem\n"
-    result = checks_of_a_changed_image(client, tmp_path, x86_build["final_image"], steps, "torchstack-test:planted",
-                                       "build_tools or ca_bundles")  # fmt: skip
+    result = checks_of_a_changed_image(
+        client, tmp_path, x86_build["final_image"], steps, "torchstack-test:planted", "build_tools or ca_bundles"
+    )
     assert result.returncode == 1
     assert "FAILED tests/image/final/test_final.py::test_no_build_tools" in result.stdout
     assert "build tools left in the final image: ['patch']" in result.stdout
@@ -86,15 +87,24 @@ def test_without_the_start_up_hook_the_cpu_limit_and_restricted_pod_checks_fail(
     can run code from dies with Inductor's or Python's traceback instead of the one line."""
     site = "$(/opt/venv/bin/python3 -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))')"
     steps = f'RUN rm "{site}/torchstack-startup.pth" "{site}/torchstack_startup.py"\n'
-    result = checks_of_a_changed_image(client, tmp_path, x86_build["final_image"], steps, "torchstack-test:no-start-up-hook",
-                                       "threads_follow_a_cpu_limit or restricted_pod_without or noexec_tmp")  # fmt: skip
+    result = checks_of_a_changed_image(
+        client,
+        tmp_path,
+        x86_build["final_image"],
+        steps,
+        "torchstack-test:no-start-up-hook",
+        "threads_follow_a_cpu_limit or restricted_pod_without or noexec_tmp",
+    )
     out = result.stdout
     assert result.returncode == 1, out[-3000:]
     assert "FAILED tests/image/final/test_final.py::test_threads_follow_a_cpu_limit" in out
     threads = re.search(r"AssertionError: (\d+) threads under --cpus=1", out)
     assert threads and int(threads[1]) > 1, out[-3000:]
     for case, died_of in (("noexec-tmp", "failed to map segment from shared object"), ("no-tmp", "No usable temporary directory")):
-        assert f"FAILED tests/image/final/test_final.py::test_a_restricted_pod_without_an_exec_folder_runs_eager_and_says_what_compile_needs[{case}]" in out
+        assert (
+            "FAILED tests/image/final/test_final.py::"
+            f"test_a_restricted_pod_without_an_exec_folder_runs_eager_and_says_what_compile_needs[{case}]" in out
+        )
         assert died_of in out, (case, out[-3000:])
     assert "FAILED tests/image/final/test_final.py::test_a_noexec_tmp_with_a_writable_home_compiles" in out
     assert "4 failed" in out.splitlines()[-1], out.splitlines()[-1]

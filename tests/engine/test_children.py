@@ -14,13 +14,16 @@ from torchstack import layout, sharing
 pytestmark = pytest.mark.engine
 
 # The torch package's files, each with its digest: equal output, the very same torch.
-TORCH_FILES = ("cd \"$(python3 -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))')\" "
-               "&& find torch torch-*.dist-info -type f -print0 | sort -z | xargs -0 sha256sum")  # fmt: skip
+TORCH_FILES = (
+    'cd "$(python3 -c \'import sysconfig; print(sysconfig.get_path("purelib"))\')" '
+    "&& find torch torch-*.dist-info -type f -print0 | sort -z | xargs -0 sha256sum"
+)
 
 
 def _run(client, image: str, command: str, user: str | None = None) -> tuple[int, str]:
-    container = client.containers.run(image, ["-c", command], entrypoint=["bash"], user=user, detach=True,
-                                      network_mode="none", labels=sharing.labels())  # fmt: skip
+    container = client.containers.run(
+        image, ["-c", command], entrypoint=["bash"], user=user, detach=True, network_mode="none", labels=sharing.labels()
+    )
     try:
         code = container.wait(timeout=300)["StatusCode"]
         return code, container.logs().decode()

@@ -25,10 +25,16 @@ def test_arm64_onednn_acl_image_under_emulation(client, arm64_build):
     assert image.attrs["Architecture"] == "arm64"
     # PyPI's torch 2.8.0 has a cp313 aarch64 wheel: the newest Debian release with its Python, trixie.
     assert (info["distribution"], info["python"]) == ("trixie", "3.13"), info
-    out = client.containers.run(
-        built["final_image"], ["python", "-c", "import torch; print(torch.__version__, torch.backends.mkldnn.is_available())"],
-        remove=True, platform="linux/arm64",
-    ).decode().split()  # fmt: skip
+    out = (
+        client.containers.run(
+            built["final_image"],
+            ["python", "-c", "import torch; print(torch.__version__, torch.backends.mkldnn.is_available())"],
+            remove=True,
+            platform="linux/arm64",
+        )
+        .decode()
+        .split()
+    )
     assert out == [REPORTED, "True"]
 
 

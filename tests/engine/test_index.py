@@ -56,9 +56,23 @@ def test_pip_takes_packages_from_the_given_index_and_ships_no_trace_of_it(client
         template = repo_copy / "templates" / "tools.Dockerfile.j2"
         template.write_text(template.read_text().replace("RUN python3 -m venv", f"RUN echo {unique_tag}\nRUN python3 -m venv", 1))
     result = run_build_py(
-        "--build-type", "tools", *X86_DISTRIBUTION, "--openblas-from", "distro", "--numpy-from", "wheel", "--builder", builder,
-        "--ca-bundle", str(CA_BUNDLE), "--pip-index-url", url, "--tag", unique_tag, cwd=repo_copy,
-    )  # fmt: skip
+        "--build-type",
+        "tools",
+        *X86_DISTRIBUTION,
+        "--openblas-from",
+        "distro",
+        "--numpy-from",
+        "wheel",
+        "--builder",
+        builder,
+        "--ca-bundle",
+        str(CA_BUNDLE),
+        "--pip-index-url",
+        url,
+        "--tag",
+        unique_tag,
+        cwd=repo_copy,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"/{unique_tag}/numpy/" in asked and any(path.endswith(".whl") for path in asked), asked
 

@@ -38,8 +38,14 @@ def rootless_podman(user: str, *args: str) -> subprocess.CompletedProcess:
     """Podman's CLI as `user`, in its home, on its own storage; nothing of root's engine set."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "CONTAINER", "DOCKER_"))}
     home = pwd.getpwnam(user).pw_dir
-    return subprocess.run(["runuser", "-u", user, "--", "podman", *args], env={**env, "HOME": home, "USER": user},
-                          cwd=home, capture_output=True, text=True, timeout=900)  # fmt: skip
+    return subprocess.run(
+        ["runuser", "-u", user, "--", "podman", *args],
+        env={**env, "HOME": home, "USER": user},
+        cwd=home,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -119,7 +125,8 @@ def test_a_rootless_user_runs_torch_compile(podman_build, rootless_user, user):
     if rootless_podman(rootless_user, "image", "exists", reference).returncode != 0:
         pulled = rootless_podman(rootless_user, "pull", "--tls-verify=false", reference)
         assert pulled.returncode == 0, pulled.stderr[-3000:]
-    ran = rootless_podman(rootless_user, "run", "--rm", "--network", "none", *user, reference,
-                          "python3", "/opt/torchstack/examples/compile.py")  # fmt: skip
+    ran = rootless_podman(
+        rootless_user, "run", "--rm", "--network", "none", *user, reference, "python3", "/opt/torchstack/examples/compile.py"
+    )
     assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-3000:]
     assert "torch.compile of a ResNet-style model" in ran.stdout and "matches eager mode" in ran.stdout, ran.stdout

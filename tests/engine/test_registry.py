@@ -84,8 +84,16 @@ def test_a_registry_that_needs_a_login_refuses_in_one_line(client, x86_build, lo
     config = tmp_path / "docker-config"
     config.mkdir()
     try:
-        result = run_build_py(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--quiet", "--push",
-                              "--registry", f"{locked_registry}/ml", env={"DOCKER_CONFIG": str(config)})  # fmt: skip
+        result = run_build_py(
+            *X86_ARGS,
+            "--torch-wheel",
+            x86_wheelhouse(),
+            "--quiet",
+            "--push",
+            "--registry",
+            f"{locked_registry}/ml",
+            env={"DOCKER_CONFIG": str(config)},
+        )
     finally:
         untag(client, f"{locked_registry}/")
     errors = [line for line in result.stderr.splitlines() if line.startswith("torchstack: error:")]
@@ -108,8 +116,9 @@ def test_a_registry_that_does_not_answer_is_tried_again_then_one_line(client, x8
 
 
 @pytest.mark.emulated
-def test_manifest_joins_the_x86_64_and_the_emulated_arm64_image(client, x86_build, arm64_build, arm64_pushed, registry, pushed,
-                                                               cosign_keys):  # fmt: skip
+def test_manifest_joins_the_x86_64_and_the_emulated_arm64_image(
+    client, x86_build, arm64_build, arm64_pushed, registry, pushed, cosign_keys
+):
     """The two images CI builds, one multi-architecture tag, signed with each image in it, verified;
     refused while an architecture is missing."""
     x86, arm64 = pushed[0]["pushed"][-1]["reference"], arm64_pushed

@@ -27,8 +27,14 @@ print(tuple(out.shape), torch.get_num_threads())
 """
 # A restricted pod: an arbitrary user in group 0, read-only root, no capabilities, no network, an
 # emptyDir at /tmp (as the image checks run their restricted pods).
-RESTRICTED = {"user": "123456:0", "read_only": True, "cap_drop": ["ALL"], "security_opt": ["no-new-privileges"],
-              "network_mode": "none", "tmpfs": {"/tmp": "rw,exec"}}  # fmt: skip
+RESTRICTED = {
+    "user": "123456:0",
+    "read_only": True,
+    "cap_drop": ["ALL"],
+    "security_opt": ["no-new-privileges"],
+    "network_mode": "none",
+    "tmpfs": {"/tmp": "rw,exec"},
+}
 
 
 def test_a_requirement_on_another_torch_is_refused_in_one_line_before_any_build(tmp_path):
@@ -49,8 +55,7 @@ def requirements_build(client, x86_build):
     untag(client, f":{APP_RELEASE}-")
 
 
-def test_another_release_with_a_teams_requirements_rebuilds_only_its_final_stage_and_keeps_our_numpy(client, x86_build,
-                                                                                                      requirements_build):  # fmt: skip
+def test_another_release_with_a_teams_requirements_rebuilds_only_its_final_stage_and_keeps_our_numpy(client, x86_build, requirements_build):
     built = requirements_build
     statuses = {s["stage"]: s["status"] for s in built["stages"]}
     assert statuses == {"base": "cached", "libs": "cached", "tools": "cached", "dev": "cached", "final": "built"}

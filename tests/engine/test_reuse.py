@@ -15,8 +15,7 @@ pytestmark = pytest.mark.engine
 
 LOWER = ("base", "libs", "tools", "dev")
 # What lists every Python distribution in an image with its version (pip is not in the final image).
-DISTRIBUTIONS = ("import importlib.metadata as m; "
-                 "print(sorted(f'{d.metadata[\"Name\"]}=={d.version}' for d in m.distributions()))")  # fmt: skip
+DISTRIBUTIONS = "import importlib.metadata as m; print(sorted(f'{d.metadata[\"Name\"]}=={d.version}' for d in m.distributions()))"
 
 
 def by_stage(summary: dict) -> dict[str, dict]:
@@ -28,7 +27,7 @@ def only_fetched(steps: list[str]) -> bool:
     of numpy's build requirements, with the CA bundle. Nothing of that stage is in the tools image,
     so no registry holds it as cache; its files are byte for byte the same, so every step after it
     comes from the cache."""
-    return all("/bin/pip\" download " in step or "ca-bundle" in step or step.startswith("ENV PIP_") for step in steps)
+    return all('/bin/pip" download ' in step or "ca-bundle" in step or step.startswith("ENV PIP_") for step in steps)
 
 
 def test_zendnn_after_onednn_compiles_nothing_below_final(x86_build, zendnn_build):
@@ -96,8 +95,18 @@ def test_a_change_to_the_final_stage_on_the_other_engine_rebuilds_final_only(bui
     summary = tmp_path / "changed.json"
     other = docker.DockerClient(base_url=engine_b)
     ids = {s["stage"]: other.images.get(s["image"]).id for s in built_on_b["stages"] if s["stage"] in LOWER}
-    result = run_build_py(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--cache-from", f"{registry}/ml", "--no-test",
-                          "--json", str(summary), cwd=repo_copy, env={"DOCKER_HOST": engine_b})  # fmt: skip
+    result = run_build_py(
+        *X86_ARGS,
+        "--torch-wheel",
+        x86_wheelhouse(),
+        "--cache-from",
+        f"{registry}/ml",
+        "--no-test",
+        "--json",
+        str(summary),
+        cwd=repo_copy,
+        env={"DOCKER_HOST": engine_b},
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     stages = by_stage(json.loads(summary.read_text()))
     for name in LOWER:
@@ -124,11 +133,9 @@ def buildkit_pushed(client, registry, buildkit_first):
 
 
 @pytest.mark.buildkit
-def test_buildkit_on_an_empty_engine_takes_the_compile_from_the_registrys_inline_cache(buildkit_pushed, registry,
-                                                                                        engine_b, tmp_path):  # fmt: skip
+def test_buildkit_on_an_empty_engine_takes_the_compile_from_the_registrys_inline_cache(buildkit_pushed, registry, engine_b, tmp_path):
     summary = tmp_path / "buildkit.json"
-    result = run_build_py(*BUILDKIT_TOOLS, "--cache-from", f"{registry}/bk", "--json", str(summary),
-                          env={"DOCKER_HOST": engine_b})  # fmt: skip
+    result = run_build_py(*BUILDKIT_TOOLS, "--cache-from", f"{registry}/bk", "--json", str(summary), env={"DOCKER_HOST": engine_b})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     built = json.loads(summary.read_text())
     stages = by_stage(built)

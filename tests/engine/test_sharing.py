@@ -19,8 +19,9 @@ pytestmark = pytest.mark.engine
 
 
 def _start(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(ROOT / "build.py"), *args], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "build.py"), *args], cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
 
 
 def _wait_for_a_container(client, run: subprocess.Popen, owner: str) -> None:
@@ -38,8 +39,10 @@ def test_three_builds_at_once_end_alike_and_the_slim_one_ships_no_compiler(clien
     only if torch.compile is refused with InvalidCxxCompiler and no compiler is left."""
     wheels = x86_wheelhouse()
     requests = {"slim": ["--runtime", "slim", "--recheck"], "slim again": ["--runtime", "slim"], "full": []}
-    runs = {name: _start(*X86_ARGS, "--torch-wheel", wheels, *extra, "--json", str(tmp_path / f"{name}.json"))
-            for name, extra in requests.items()}  # fmt: skip
+    runs = {
+        name: _start(*X86_ARGS, "--torch-wheel", wheels, *extra, "--json", str(tmp_path / f"{name}.json"))
+        for name, extra in requests.items()
+    }
     said = {name: run.communicate(timeout=1800) for name, run in runs.items()}
     try:
         for name, run in runs.items():
@@ -57,8 +60,10 @@ def test_three_builds_at_once_end_alike_and_the_slim_one_ships_no_compiler(clien
         image = client.images.get(slim["final_image"])
         assert image.id == slim["image_id"] and image.labels["io.torchstack.runtime"] == "slim"
         full_size = client.images.get(x86_build["final_image"]).attrs["Size"]
-        print(f"final image {full_size / 2**20:,.0f} MiB, slim {image.attrs['Size'] / 2**20:,.0f} MiB: "
-              f"torch.compile's toolchain is {(full_size - image.attrs['Size']) / 2**20:,.0f} MiB")  # fmt: skip
+        print(
+            f"final image {full_size / 2**20:,.0f} MiB, slim {image.attrs['Size'] / 2**20:,.0f} MiB: "
+            f"torch.compile's toolchain is {(full_size - image.attrs['Size']) / 2**20:,.0f} MiB"
+        )
         assert image.attrs["Size"] < full_size
     finally:
         untag(client, "-slim-")

@@ -29,8 +29,12 @@ def release(pushed) -> tuple[str, str]:
 
 def attestation(reference: str, public_key: Path, kind: str) -> dict:
     """The in-toto statement of the `kind` attestation cosign verifies on `reference`."""
-    out = subprocess.run(["cosign", "verify-attestation", "--key", str(public_key), "--insecure-ignore-tlog=true", "--type", kind,
-                          reference], capture_output=True, text=True, timeout=120)  # fmt: skip
+    out = subprocess.run(
+        ["cosign", "verify-attestation", "--key", str(public_key), "--insecure-ignore-tlog=true", "--type", kind, reference],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(base64.b64decode(json.loads(out.stdout.splitlines()[0])["payload"]))
 
@@ -39,8 +43,13 @@ def test_the_pushed_release_is_signed_its_attestations_describe_it_and_verify_gi
     tagged, digest = release(pushed)
     repository = tagged.rpartition(":")[0]
     summary, output = pushed
-    assert summary["signed"] == [{"reference": f"{repository}@{digest}", "recursive": False,
-                                  "attestations": ["https://cyclonedx.org/bom", "https://slsa.dev/provenance/v1"]}]  # fmt: skip
+    assert summary["signed"] == [
+        {
+            "reference": f"{repository}@{digest}",
+            "recursive": False,
+            "attestations": ["https://cyclonedx.org/bom", "https://slsa.dev/provenance/v1"],
+        }
+    ]
     assert f"torchstack: signed {repository}@{digest}" in output
     assert str(cosign_keys["ours"][0]) not in json.dumps(summary) and cosign_keys["env"]["COSIGN_PASSWORD"] not in output
 
@@ -88,8 +97,13 @@ def test_verify_refuses_a_wrong_key_an_unsigned_image_a_moved_tag_and_another_im
     assert f"the tag points at an image built as {tagged.rpartition(':')[2]}" in said, said
     # The dev stage signed with our key, and the release image's attestations copied onto it.
     staged = f"{stage['reference'].rpartition(':')[0]}@{stage['digest']}"
-    signed = subprocess.run(["cosign", "sign", "--key", str(cosign_keys["ours"][0]), "--tlog-upload=false", "--yes", staged],
-                            env={**os.environ, **cosign_keys["env"]}, capture_output=True, text=True, timeout=120)  # fmt: skip
+    signed = subprocess.run(
+        ["cosign", "sign", "--key", str(cosign_keys["ours"][0]), "--tlog-upload=false", "--yes", staged],
+        env={**os.environ, **cosign_keys["env"]},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert signed.returncode == 0, signed.stderr
     dev_repository = staged.split("/", 1)[1].split("@")[0]
     attached = f"sha256-{digest.removeprefix('sha256:')}.att"
@@ -103,15 +117,21 @@ def _copy_into(registry: str, source_repository: str, target_repository: str, so
     """The manifest `source` (tag or digest) of one repository, as `target` in another, its blobs
     mounted from the first: what a registry user with push rights can do."""
     base = f"http://{registry}/v2"
-    with urllib.request.urlopen(urllib.request.Request(f"{base}/{source_repository}/manifests/{source}",
-                                                       headers={"Accept": MANIFEST_TYPES})) as got:  # fmt: skip
+    with urllib.request.urlopen(
+        urllib.request.Request(f"{base}/{source_repository}/manifests/{source}", headers={"Accept": MANIFEST_TYPES})
+    ) as got:
         body, kind = got.read(), got.headers["Content-Type"]
     manifest = json.loads(body)
     for blob in [manifest["config"], *manifest["layers"]]:
-        urllib.request.urlopen(urllib.request.Request(
-            f"{base}/{target_repository}/blobs/uploads/?mount={blob['digest']}&from={source_repository}", method="POST"))
-    urllib.request.urlopen(urllib.request.Request(f"{base}/{target_repository}/manifests/{target}", data=body, method="PUT",
-                                                  headers={"Content-Type": kind}))  # fmt: skip
+        urllib.request.urlopen(
+            urllib.request.Request(
+                f"{base}/{target_repository}/blobs/uploads/?mount={blob['digest']}&from={source_repository}", method="POST"
+            )
+        )
+    urllib.request.urlopen(
+        urllib.request.Request(f"{base}/{target_repository}/manifests/{target}", data=body, method="PUT", headers={"Content-Type": kind})
+    )
+
 
 def test_podmans_policy_json_admits_the_signed_release_and_refuses_a_wrong_key_an_unsigned_image_and_another_repository(
     client, registry, pushed, cosign_keys, skopeo, tmp_path
@@ -133,17 +153,41 @@ def test_podmans_policy_json_admits_the_signed_release_and_refuses_a_wrong_key_a
         if not folder.exists():
             made = run_build_py("policy", "--registry", f"{registry}/ml", "--key", str(key), "--output", str(folder))
             assert made.returncode == 0, made.stderr
-        return subprocess.run(["docker", "run", "--rm", "--network", "host", "-v", f"{folder}:/policy:ro", "--tmpfs", "/pulled",
-                               skopeo, "skopeo", "--policy", "/policy/policy.json", "--registries.d", "/policy/registries.d",
-                               "copy", "--src-tls-verify=false", f"docker://{reference}", "dir:/pulled/image"],
-                              capture_output=True, text=True, timeout=600)  # fmt: skip
+        return subprocess.run(
+            [
+                "docker",
+                "run",
+                "--rm",
+                "--network",
+                "host",
+                "-v",
+                f"{folder}:/policy:ro",
+                "--tmpfs",
+                "/pulled",
+                skopeo,
+                "skopeo",
+                "--policy",
+                "/policy/policy.json",
+                "--registries.d",
+                "/policy/registries.d",
+                "copy",
+                "--src-tls-verify=false",
+                f"docker://{reference}",
+                "dir:/pulled/image",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
 
     ours, other = cosign_keys["ours"][1], cosign_keys["other"][1]
     accepted = pull(tagged, ours)
     assert accepted.returncode == 0, accepted.stderr[-2000:]
-    for reference, key, why in ((tagged, other, "cryptographic signature verification failed"),
-                                (stage["reference"], ours, "A signature was required, but no signature exists"),
-                                (f"{registry}/ml/elsewhere:{tag}", ours, "/ml/torchstack\\\" is not accepted")):  # fmt: skip
+    for reference, key, why in (
+        (tagged, other, "cryptographic signature verification failed"),
+        (stage["reference"], ours, "A signature was required, but no signature exists"),
+        (f"{registry}/ml/elsewhere:{tag}", ours, '/ml/torchstack\\" is not accepted'),
+    ):
         refused = pull(reference, key)
         assert refused.returncode != 0 and why in refused.stderr, (reference, refused.stderr[-2000:])
 
@@ -152,10 +196,22 @@ def test_a_rebuild_that_changes_nothing_pushes_and_signs_nothing_new(x86_build, 
     """A scheduled rebuild of the same request, when neither the stack nor Debian's suites moved: the
     same release image, which the registry already holds under its tag, so no push and no signature."""
     summary, _ = pushed
-    again = run_build_py(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--push", "--push-stages", "--registry", f"{registry}/ml",
-                         "--sign", str(cosign_keys["ours"][0]), env=cosign_keys["env"])  # fmt: skip
+    again = run_build_py(
+        *X86_ARGS,
+        "--torch-wheel",
+        x86_wheelhouse(),
+        "--push",
+        "--push-stages",
+        "--registry",
+        f"{registry}/ml",
+        "--sign",
+        str(cosign_keys["ours"][0]),
+        env=cosign_keys["env"],
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     release_reference = summary["pushed"][-1]["reference"]
-    assert f"torchstack: {release_reference} already holds this release: the same records and packages at the same versions; " \
-           "nothing new to push or sign" in again.stdout + again.stderr
+    assert (
+        f"torchstack: {release_reference} already holds this release: the same records and packages at the same versions; "
+        "nothing new to push or sign" in again.stdout + again.stderr
+    )
     assert "torchstack: signed" not in again.stdout + again.stderr

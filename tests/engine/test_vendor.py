@@ -49,8 +49,10 @@ def test_each_plugin_is_recorded_with_the_sha256_of_the_wheel_installed(client, 
 
 def test_zentorch_runs_as_a_user_would_run_it(client, zendnn_build):
     """Outside the checks, as `docker run` does: a model through backend="zentorch" matches eager."""
-    code = ("import torch, zentorch; m = torch.nn.Linear(32, 16).eval(); x = torch.randn(8, 32)\n"
-            "with torch.no_grad(): torch.testing.assert_close(torch.compile(m, backend='zentorch')(x), m(x))\n"
-            "print(zentorch.__version__)")  # fmt: skip
+    code = (
+        "import torch, zentorch; m = torch.nn.Linear(32, 16).eval(); x = torch.randn(8, 32)\n"
+        "with torch.no_grad(): torch.testing.assert_close(torch.compile(m, backend='zentorch')(x), m(x))\n"
+        "print(zentorch.__version__)"
+    )
     out = client.containers.run(zendnn_build["final_image"], ["python3", "-c", code], remove=True, stderr=True).decode()
     assert out.strip().splitlines()[-1] == "2.13.0.2", out

@@ -22,8 +22,12 @@ def pytest_addoption(parser):
     parser.addoption("--image", required=True, help="image to check")
     parser.addoption("--stage", default="final", help="stage to check the image as")
     parser.addoption("--backend", default=None, help="backend to expect (default: the image's label)")
-    parser.addoption("--engine", default="docker", choices=("docker", "podman"),
-                     help="the engine DOCKER_HOST names; testinfra runs commands through its CLI")
+    parser.addoption(
+        "--engine",
+        default="docker",
+        choices=("docker", "podman"),
+        help="the engine DOCKER_HOST names; testinfra runs commands through its CLI",
+    )
 
 
 def pytest_configure(config):

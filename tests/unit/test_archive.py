@@ -38,8 +38,9 @@ def test_the_newest_version_of_each_installed_package_is_found_with_its_suite(mo
     have = {"libssl3": "3.0.20-1~deb12u1", "tzdata": "2026a-0+deb12u1", "perl": "5.36.0-7+deb12u1"}
     found = archive.newer(have, suites, "amd64")
     assert [(u.package, u.available, u.suite) for u in found] == [
-        ("libssl3", "3.0.22-1~deb12u1", "bookworm-security"), ("tzdata", "2026f-0+deb12u1", "bookworm-updates")
-    ]  # fmt: skip
+        ("libssl3", "3.0.22-1~deb12u1", "bookworm-security"),
+        ("tzdata", "2026f-0+deb12u1", "bookworm-updates"),
+    ]
     assert archive.describe(found, "bookworm-security") == (
         "2 installed packages with a newer version in bookworm-security: "
         "libssl3 3.0.20-1~deb12u1 -> 3.0.22-1~deb12u1, tzdata 2026a-0+deb12u1 -> 2026f-0+deb12u1"
@@ -47,9 +48,18 @@ def test_the_newest_version_of_each_installed_package_is_found_with_its_suite(mo
 
 
 def test_an_images_sources_are_read_in_either_format():
-    one_line = "deb http://deb.debian.org/debian bookworm main\n# deb http://old bookworm main\ndeb [signed-by=/k.gpg] http://deb.debian.org/debian-security bookworm-security main\n"
-    deb822 = "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: trixie trixie-updates\nComponents: main\n\nTypes: deb-src\nURIs: http://x\nSuites: trixie\n"
-    assert archive._entries(one_line) == [("http://deb.debian.org/debian", ["bookworm"]), ("http://deb.debian.org/debian-security", ["bookworm-security"])]
+    one_line = (
+        "deb http://deb.debian.org/debian bookworm main\n# deb http://old bookworm main\n"
+        "deb [signed-by=/k.gpg] http://deb.debian.org/debian-security bookworm-security main\n"
+    )
+    deb822 = (
+        "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: trixie trixie-updates\nComponents: main\n\n"
+        "Types: deb-src\nURIs: http://x\nSuites: trixie\n"
+    )
+    assert archive._entries(one_line) == [
+        ("http://deb.debian.org/debian", ["bookworm"]),
+        ("http://deb.debian.org/debian-security", ["bookworm-security"]),
+    ]
     assert archive._entries(deb822) == [("http://deb.debian.org/debian", ["trixie", "trixie-updates"])]
 
 
@@ -72,5 +82,7 @@ def test_a_mirror_without_the_security_suite_is_one_line_naming_the_option(serve
     apt = AptSources((Suite(served.url, "bookworm-security", "security"),), served.keyring)
     archive.require_suites(apt)
     missing = AptSources((Suite(served.url, "trixie-security", "security"),), served.keyring)
-    with pytest.raises(UsageProblem, match=rf"^--security-mirror {served.url}: no usable trixie-security suite .*HTTP 404.*--no-security-updates"):
+    with pytest.raises(
+        UsageProblem, match=rf"^--security-mirror {served.url}: no usable trixie-security suite .*HTTP 404.*--no-security-updates"
+    ):
         archive.require_suites(missing)

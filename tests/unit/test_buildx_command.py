@@ -10,16 +10,33 @@ from torchstack.engine import buildx_command, ccache_dockerfile
 
 
 def test_a_stage_is_built_and_loaded_back_with_its_secrets_and_labels():
-    command = buildx_command(Path("/ctx/libs"), "torchstack-libs:t", "linux/arm64", {"a": "1"}, False,
-                             {"ca-bundle": Path("/run/ca.pem")})  # fmt: skip
-    assert command == ["docker", "buildx", "build", "--progress=plain", "--load", "--tag", "torchstack-libs:t",
-                       "--platform", "linux/arm64", "--network", "host", "--cache-to", "type=inline",
-                       "--secret", "id=ca-bundle,src=/run/ca.pem", "--label", "a=1", "/ctx/libs"]  # fmt: skip
+    command = buildx_command(Path("/ctx/libs"), "torchstack-libs:t", "linux/arm64", {"a": "1"}, False, {"ca-bundle": Path("/run/ca.pem")})
+    assert command == [
+        "docker",
+        "buildx",
+        "build",
+        "--progress=plain",
+        "--load",
+        "--tag",
+        "torchstack-libs:t",
+        "--platform",
+        "linux/arm64",
+        "--network",
+        "host",
+        "--cache-to",
+        "type=inline",
+        "--secret",
+        "id=ca-bundle,src=/run/ca.pem",
+        "--label",
+        "a=1",
+        "/ctx/libs",
+    ]
 
 
 def test_with_a_cache_registry_each_stage_imports_its_image_there_as_cache():
-    command = buildx_command(Path("/ctx/tools"), "torchstack-tools:x", "linux/amd64", {}, False, {},
-                             cache_from=["ghcr.io/acme/torchstack-tools:x"])  # fmt: skip
+    command = buildx_command(
+        Path("/ctx/tools"), "torchstack-tools:x", "linux/amd64", {}, False, {}, cache_from=["ghcr.io/acme/torchstack-tools:x"]
+    )
     assert command[command.index("--cache-from") + 1] == "type=registry,ref=ghcr.io/acme/torchstack-tools:x"
 
 

@@ -58,9 +58,7 @@ def selection_tree(tmp_path, monkeypatch):
     tree = tmp_path / "image"
     (tree / "final").mkdir(parents=True)
     (tree / "conftest.py").write_text(
-        "def pytest_addoption(parser):\n"
-        "    for name in ('--image', '--stage', '--backend', '--engine'):\n"
-        "        parser.addoption(name)\n"
+        "def pytest_addoption(parser):\n    for name in ('--image', '--stage', '--backend', '--engine'):\n        parser.addoption(name)\n"
     )
     (tree / "final" / "test_final.py").write_text("def test_passes(): pass\n\ndef test_fails(): assert False\n")
     monkeypatch.setattr(checks, "ROOT", tmp_path)

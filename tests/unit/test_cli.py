@@ -11,7 +11,6 @@ def cli(catalog):
     return make_cli(catalog)
 
 
-
 def invoke(cli, args):
     result = CliRunner().invoke(cli, args)
     return result.exit_code, result.output
@@ -20,8 +19,20 @@ def invoke(cli, args):
 def test_help_lists_the_options_users_know(cli):
     code, out = invoke(cli, ["--help"])
     assert code == 0
-    for option in ("--build-type", "--backend", "--build-target", "--jobs", "--torch-version", "--release",
-                   "--repository", "--tag", "--no-cache", "--dry-run", "--openblas-from", "--torch-from"):  # fmt: skip
+    for option in (
+        "--build-type",
+        "--backend",
+        "--build-target",
+        "--jobs",
+        "--torch-version",
+        "--release",
+        "--repository",
+        "--tag",
+        "--no-cache",
+        "--dry-run",
+        "--openblas-from",
+        "--torch-from",
+    ):
         assert option in out
 
 

@@ -30,7 +30,7 @@ def test_numbers_at_single_precision_pass_within_its_tolerance():
         # cdotu_ called with MKL's result-through-a-pointer convention on OpenBLAS: the result is
         # whatever the caller's variable held (zero-initialised here), or stack garbage.
         ("dot complex64", [0j], "result never written"),
-        ("dot complex64", [complex(3.1e-38, -2.0e+12)], "stack garbage"),
+        ("dot complex64", [complex(3.1e-38, -2.0e12)], "stack garbage"),
         # The conjugating and the plain dot swapped (cdotc_ for cdotu_).
         ("dot complex64", [cb.reference_dot(A, B, conjugate_first=True)], "conjugated"),
         ("vdot complex128", [cb.reference_dot(A, B, conjugate_first=False)], "not conjugated"),
@@ -46,6 +46,6 @@ def test_a_wrong_convention_is_named(key, wrong, why):
 
 
 def test_a_deliberately_wrong_reference_fails_the_right_results(monkeypatch):
-    monkeypatch.setattr(cb, "reference_dot", lambda a, b, conjugate_first: sum((x * y for x, y in zip(a, b)), 0j))
+    monkeypatch.setattr(cb, "reference_dot", lambda a, b, conjugate_first: sum((x * y for x, y in zip(a, b, strict=True)), 0j))
     found = cb.problems(RIGHT, cb.TOLERANCE)
     assert [line.split("[")[0] for line in found] == ["vdot complex128"], found

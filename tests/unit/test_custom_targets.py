@@ -9,13 +9,26 @@ from torchstack.cli import make_cli
 from torchstack.selection import tuning_problem
 
 CUSTOM = {
-    "openblas": ("x86_64", "openblas", "name: mine\narch: x86_64\nflag: -march=haswell\ngcc: '4.9'\nopenblas: {target: 'HASWELL; touch x'}\n",
-                 "openblas.target: 'HASWELL; touch x' is not a target openblas accepts for x86_64"),
-    "acl": ("aarch64", "onednn-acl", "name: mine\narch: aarch64\nflag: -mcpu=neoverse-v1\ngcc: '10.3'\nopenblas: {target: NEOVERSEV1}\n"
-            "acl: {arch: armv9-a, multi_isa: true}\n", "acl.arch: 'armv9-a' is not a arch acl accepts for aarch64"),
-    "zdnn": ("s390x", "zdnn", "name: mine\narch: s390x\nflag: -march=z16\ngcc: '11.1'\nopenblas: {target: Z14}\nzdnn: {march: z13}\n",
-             "zdnn.march: 'z13' is not a march zdnn accepts for s390x"),
-}  # fmt: skip
+    "openblas": (
+        "x86_64",
+        "openblas",
+        "name: mine\narch: x86_64\nflag: -march=haswell\ngcc: '4.9'\nopenblas: {target: 'HASWELL; touch x'}\n",
+        "openblas.target: 'HASWELL; touch x' is not a target openblas accepts for x86_64",
+    ),
+    "acl": (
+        "aarch64",
+        "onednn-acl",
+        "name: mine\narch: aarch64\nflag: -mcpu=neoverse-v1\ngcc: '10.3'\nopenblas: {target: NEOVERSEV1}\n"
+        "acl: {arch: armv9-a, multi_isa: true}\n",
+        "acl.arch: 'armv9-a' is not a arch acl accepts for aarch64",
+    ),
+    "zdnn": (
+        "s390x",
+        "zdnn",
+        "name: mine\narch: s390x\nflag: -march=z16\ngcc: '11.1'\nopenblas: {target: Z14}\nzdnn: {march: z13}\n",
+        "zdnn.march: 'z13' is not a march zdnn accepts for s390x",
+    ),
+}
 
 
 @pytest.mark.parametrize("component", CUSTOM)

@@ -109,12 +109,27 @@ def test_the_engine_comes_from_the_environment_too(cli):
 @pytest.mark.parametrize(
     ("engine", "says"),
     [
-        ("docker", ["no Docker engine answers at unix:///nonexistent/e.sock", "dockerd", "apt-get install docker.io",
-                    "scripts/setup-host.sh", "--engine podman"]),
-        ("podman", ["no Podman engine answers at unix:///nonexistent/e.sock", "podman system service --time=0",
-                    "apt-get install podman", "scripts/setup-host.sh --engine podman"]),
+        (
+            "docker",
+            [
+                "no Docker engine answers at unix:///nonexistent/e.sock",
+                "dockerd",
+                "apt-get install docker.io",
+                "scripts/setup-host.sh",
+                "--engine podman",
+            ],
+        ),
+        (
+            "podman",
+            [
+                "no Podman engine answers at unix:///nonexistent/e.sock",
+                "podman system service --time=0",
+                "apt-get install podman",
+                "scripts/setup-host.sh --engine podman",
+            ],
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_missing_engine_is_one_line_naming_how_to_get_one(cli, engine, says):
     code, line = one_line(cli, ["test", "--engine", engine, "some-image"], env={"DOCKER_HOST": "unix:///nonexistent/e.sock"})
     assert code == 1

@@ -38,13 +38,22 @@ def stream(*steps: tuple[str, bool]) -> list[dict]:
 
 
 def build(chunks) -> tuple:
-    return build_image(FakeClient(chunks), Path("/ctx"), "t:1", "linux/amd64", {}, False, lambda line: None,
-                       BuildProgress(), "tools", Path("/log"))  # fmt: skip
+    return build_image(
+        FakeClient(chunks), Path("/ctx"), "t:1", "linux/amd64", {}, False, lambda line: None, BuildProgress(), "tools", Path("/log")
+    )
 
 
 def test_the_steps_that_ran_are_named_and_cached_ones_are_not():
-    result = build(stream(("FROM base", False), ("RUN pip download x", False), ("FROM tools-base", False),
-                          ("COPY --from=fetch /d /d", True), ("RUN build-numpy.sh", True), ("LABEL a=b", False)))  # fmt: skip
+    result = build(
+        stream(
+            ("FROM base", False),
+            ("RUN pip download x", False),
+            ("FROM tools-base", False),
+            ("COPY --from=fetch /d /d", True),
+            ("RUN build-numpy.sh", True),
+            ("LABEL a=b", False),
+        )
+    )
     assert result.ran == ("RUN pip download x", "LABEL a=b") and not result.cached
 
 

@@ -23,14 +23,15 @@ def accepted(catalog, **only):
     its names counts once), as the matrix should list them."""
     found = set()
     for backend, target, distribution in itertools.product(catalog.backends, catalog.targets, catalog.distributions):
-        if any(v is not None and v != {"backend": backend, "arch": target.arch, "distribution": distribution}.get(k, v)
-               for k, v in only.items()):  # fmt: skip
+        if any(
+            v is not None and v != {"backend": backend, "arch": target.arch, "distribution": distribution}.get(k, v)
+            for k, v in only.items()
+        ):
             continue
         if only.get("target") not in (None, target.name, *target.aliases):
             continue
         try:
-            make_plan(catalog, Request(backend=backend, arch=target.arch, build_target=target.name,
-                                       distribution=distribution, now=NOW))  # fmt: skip
+            make_plan(catalog, Request(backend=backend, arch=target.arch, build_target=target.name, distribution=distribution, now=NOW))
         except UsageProblem:
             continue
         found.add((backend, target.name, distribution))
@@ -39,9 +40,16 @@ def accepted(catalog, **only):
 
 @pytest.mark.parametrize(
     "only",
-    [{}, {"arch": "aarch64"}, {"backend": "zdnn"}, {"target": "neoverse"}, {"distribution": "bookworm"},
-     {"arch": "x86_64", "distribution": "trixie"}, {"backend": "onednn-acl", "target": "neoverse-v2"}],
-)  # fmt: skip
+    [
+        {},
+        {"arch": "aarch64"},
+        {"backend": "zdnn"},
+        {"target": "neoverse"},
+        {"distribution": "bookworm"},
+        {"arch": "x86_64", "distribution": "trixie"},
+        {"backend": "onednn-acl", "target": "neoverse-v2"},
+    ],
+)
 def test_each_filter_yields_exactly_what_the_planner_accepts(catalog, only):
     found = {(j.backend, j.target, j.distribution) for j in jobs(catalog, {**NO_FILTER, **only}, now=NOW)}
     assert found == accepted(catalog, **only)
@@ -57,8 +65,10 @@ def test_a_repeated_filter_yields_the_builds_of_each_value(catalog):
 def test_each_job_runs_on_its_architectures_native_runner_and_names_its_tag(catalog):
     for job in jobs(catalog, NO_FILTER, release="r26.11", now=NOW):
         assert job.runs_on == list(catalog.architectures[job.arch].runners.github)
-        plan = make_plan(catalog, Request(backend=job.backend, arch=job.arch, build_target=job.target,
-                                          distribution=job.distribution, release="r26.11", now=NOW))  # fmt: skip
+        plan = make_plan(
+            catalog,
+            Request(backend=job.backend, arch=job.arch, build_target=job.target, distribution=job.distribution, release="r26.11", now=NOW),
+        )
         assert job.tag == plan.release_tag
         assert f"--backend {job.backend} --build-target {job.target} --distribution {job.distribution}" == job.args
 
@@ -70,8 +80,7 @@ def test_github_reads_an_include_list_and_gitlab_a_parallel_matrix(catalog):
     assert github["include"][0]["runs_on"] == ["ubuntu-24.04-arm"]
     gitlab = yaml.safe_load(render(found, "gitlab"))
     assert len(gitlab["parallel"]["matrix"]) == len(found) <= 200  # GitLab's limit per job
-    assert all(set(e) == {"ARCH", "BACKEND", "TARGET", "DISTRIBUTION", "BUILD_ARGS", "RUNNER", "TAG"}
-               for e in gitlab["parallel"]["matrix"])  # fmt: skip
+    assert all(set(e) == {"ARCH", "BACKEND", "TARGET", "DISTRIBUTION", "BUILD_ARGS", "RUNNER", "TAG"} for e in gitlab["parallel"]["matrix"])
 
 
 def test_wheel_builds_only_for_backends_a_wheel_can_carry(catalog):

@@ -47,8 +47,8 @@ def test_a_missing_field_names_the_file_and_the_field(data_copy):
 
 
 def test_a_bad_checksum_is_refused(data_copy):
-    text = (data_copy / "components.yaml").read_text().replace(
-        "6761af1d9f5d353ab4f0b7497be2643313b36c8f31caec0144bfef198e71e6ab", "not-a-sha"
+    text = (
+        (data_copy / "components.yaml").read_text().replace("6761af1d9f5d353ab4f0b7497be2643313b36c8f31caec0144bfef198e71e6ab", "not-a-sha")
     )
     (data_copy / "components.yaml").write_text(text)
     with pytest.raises(DataError, match=r"openblas\.versions\.0\.sha256"):
@@ -56,9 +56,7 @@ def test_a_bad_checksum_is_refused(data_copy):
 
 
 def test_a_target_with_two_tuning_flags_is_refused(data_copy):
-    text = (data_copy / "targets.yaml").read_text().replace(
-        "flag: -mcpu=neoverse-v1", "flag: -mcpu=neoverse-v1 -march=armv8.4-a"
-    )
+    text = (data_copy / "targets.yaml").read_text().replace("flag: -mcpu=neoverse-v1", "flag: -mcpu=neoverse-v1 -march=armv8.4-a")
     (data_copy / "targets.yaml").write_text(text)
     with pytest.raises(DataError, match=r"targets.yaml: entry \d+: flag: .*exactly one -mcpu=X or -march=X"):
         load(data_copy)
@@ -87,7 +85,9 @@ def test_an_unpinned_python_package_is_refused(data_copy):
 def test_build_pins_that_miss_the_sources_own_build_requirements_are_refused(data_copy):
     text = (data_copy / "components.yaml").read_text().replace('"setuptools==80.9.0"', '"setuptools==82.1.0"')
     (data_copy / "components.yaml").write_text(text)
-    with pytest.raises(DataError, match=r"torch\.\(top level\): Value error, build_requirements do not satisfy .*setuptools>=77.0.0,<82 \(pinned 82.1.0\)"):
+    with pytest.raises(
+        DataError, match=r"torch\.\(top level\): Value error, build_requirements do not satisfy .*setuptools>=77.0.0,<82 \(pinned 82.1.0\)"
+    ):
         load(data_copy)
 
 

@@ -23,11 +23,16 @@ def test_each_goal_is_its_own_make_and_getarch_keeps_to_the_job_count(tmp_path):
     fake.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     env = {
-        **os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}",
-        "SOURCE": str(tmp_path / "OpenBLAS-0.3.33.tar.gz"), "VERSION": "0.3.33", "PATCHES": str(tmp_path / "no-patches"),
-        "TREE": str(tmp_path / "tree"), "PREFIX": str(tmp_path / "prefix"), "JOBS": "3",
+        **os.environ,
+        "PATH": f"{fake.parent}:{os.environ['PATH']}",
+        "SOURCE": str(tmp_path / "OpenBLAS-0.3.33.tar.gz"),
+        "VERSION": "0.3.33",
+        "PATCHES": str(tmp_path / "no-patches"),
+        "TREE": str(tmp_path / "tree"),
+        "PREFIX": str(tmp_path / "prefix"),
+        "JOBS": "3",
         "OPENBLAS_MAKE_FLAGS": "TARGET=ZEN USE_OPENMP=1",
-    }  # fmt: skip
+    }
     result = subprocess.run([SCRIPTS / "build-openblas.sh"], env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     tree = tmp_path / "tree"

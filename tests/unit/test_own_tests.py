@@ -8,8 +8,10 @@ from torchstack import layout
 def test_an_onednn_image_runs_the_linalg_mkldnn_and_transformer_tests_offline(catalog):
     commands = own_tests_commands(catalog.components["torch"], mkldnn=True, tree="/opt/torchstack/src/pytorch")
     install, *runs = commands
-    assert install.startswith(f"{layout.VENV}/bin/pip install --quiet --no-index --find-links {layout.DOWNLOADS_DIR} "
-                              f"--target {TEST_DEPS} {layout.WHEELS_DIR}/torch-*.whl ")  # fmt: skip
+    assert install.startswith(
+        f"{layout.VENV}/bin/pip install --quiet --no-index --find-links {layout.DOWNLOADS_DIR} "
+        f"--target {TEST_DEPS} {layout.WHEELS_DIR}/torch-*.whl "
+    )
     assert install.endswith(" pytest==7.3.2 expecttest==0.3.0 hypothesis==6.56.4") and " sympy==" in install
     assert [r.split(" -m pytest -q -p no:cacheprovider ")[1] for r in runs] == [
         "test_linalg.py -k 'dot or vdot or matmul or addmm or addmv or addbmm or baddbmm'",

@@ -56,8 +56,9 @@ def unshipped(plan) -> list[str]:
 def test_every_source_built_runtime_library_ships_with_its_loader_path(catalog):
     checked = 0
     for backend, target, distribution in combinations(catalog):
-        plan = make_plan(catalog, Request(backend=backend.name, arch=target.arch, build_target=target.name,
-                                          distribution=distribution.name, now=NOW))  # fmt: skip
+        plan = make_plan(
+            catalog, Request(backend=backend.name, arch=target.arch, build_target=target.name, distribution=distribution.name, now=NOW)
+        )
         assert needed_libraries(plan), f"{backend.name}: expected at least one library of our own"
         problems = unshipped(plan)
         assert not problems, f"{backend.name} for {target.name} on {distribution.name}: {'; '.join(problems)}"

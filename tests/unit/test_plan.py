@@ -291,10 +291,15 @@ def test_openblas_bf16_gemm_only_where_it_is_fast(plan_for):
     """torch calls OpenBLAS's sbgemm_ for bf16 matmuls before oneDNN: build it for COOPERLAKE
     (znver4), which has bf16 kernels, and on aarch64 as PyTorch does; not for SKYLAKEX or HASWELL,
     where OpenBLAS falls back to a generic C kernel."""
-    flags = {t: env_of(plan_for(build_target=t, distribution="trixie"), "openblas")["OPENBLAS_MAKE_FLAGS"].split()
-             for t in ("znver4", "x86-64-v4", "x86-64-v3", "neoverse-n2")}  # fmt: skip
+    flags = {
+        t: env_of(plan_for(build_target=t, distribution="trixie"), "openblas")["OPENBLAS_MAKE_FLAGS"].split()
+        for t in ("znver4", "x86-64-v4", "x86-64-v3", "neoverse-n2")
+    }
     assert {t: "BUILD_BFLOAT16=1" in f for t, f in flags.items()} == {
-        "znver4": True, "x86-64-v4": False, "x86-64-v3": False, "neoverse-n2": True,
+        "znver4": True,
+        "x86-64-v4": False,
+        "x86-64-v3": False,
+        "neoverse-n2": True,
     }
 
 
@@ -302,13 +307,17 @@ def test_openblas_bf16_gemm_only_where_it_is_fast(plan_for):
     ("fields", "jobs", "torch_jobs", "note"),
     [
         ({"jobs": 16, "memory_gib": 24.0}, 16, 8, "--jobs 16 is more than 24.0 GiB of memory allows: 8 for PyTorch (3 GiB a job)"),
-        ({"jobs": 32, "memory_gib": 16.0}, 16, 5,
-         "--jobs 32 is more than 16.0 GiB of memory allows: 5 for PyTorch (3 GiB a job), 16 for the others (1 GiB a job)"),
+        (
+            {"jobs": 32, "memory_gib": 16.0},
+            16,
+            5,
+            "--jobs 32 is more than 16.0 GiB of memory allows: 5 for PyTorch (3 GiB a job), 16 for the others (1 GiB a job)",
+        ),
         ({"jobs": 4, "memory_gib": 24.0}, 4, 4, ""),
         # A prebuilt torch: its bound does not apply, and is not mentioned.
         ({"jobs": 16, "memory_gib": 24.0, "methods": {"torch": "wheel"}}, 16, 8, ""),
     ],
-)  # fmt: skip
+)
 def test_jobs_never_exceed_what_memory_allows_and_the_plan_says_so(plan_for, fields, jobs, torch_jobs, note):
     plan = plan_for(backend="onednn", build_target="x86-64-v3", **fields)
     assert (plan.jobs, plan.torch_jobs, plan.jobs_note) == (jobs, torch_jobs, note)

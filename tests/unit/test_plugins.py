@@ -49,7 +49,7 @@ def test_plugins_that_fit_join_the_plan_the_tag_and_the_build_info(plan_for, plu
     final = plan.stage("final")
     assemble_context(plan, final, tmp_path / "final", {})
     dockerfile = (tmp_path / "final" / "Dockerfile").read_text()
-    assert "COPY plugins/ /tmp/plugins/" in dockerfile and "/tmp/plugins/*.whl" in dockerfile and "pip\" check" in dockerfile
+    assert "COPY plugins/ /tmp/plugins/" in dockerfile and "/tmp/plugins/*.whl" in dockerfile and 'pip" check' in dockerfile
     placed = tmp_path / "final" / "plugins"
     assert sorted(p.name for p in placed.glob("*.whl")) == sorted(p.name for p in folder.iterdir())
     # torch's step reads torch's pins alone (so that it is the step an image without plugins made);
@@ -122,12 +122,15 @@ def _wheel_built_against(tmp_path, torch_libraries: list[str]):
     for library in torch_libraries:
         subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(work / f"lib{library}.so"), str(work / "stub.c")], check=True)
     links = [f"-l{library}" for library in torch_libraries]
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(work / "_C.so"), str(work / "stub.c"), f"-L{work}", "-Wl,--no-as-needed", *links],
-                   check=True)  # fmt: skip
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-o", str(work / "_C.so"), str(work / "stub.c"), f"-L{work}", "-Wl,--no-as-needed", *links], check=True
+    )
     wheel = tmp_path / "fakevision-0.1.0-cp311-cp311-linux_x86_64.whl"
     with zipfile.ZipFile(wheel, "w") as out:
-        out.writestr("fakevision-0.1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: fakevision\nVersion: 0.1.0\n"
-                     "Requires-Dist: torch (==2.13.0)\n")  # fmt: skip
+        out.writestr(
+            "fakevision-0.1.0.dist-info/METADATA",
+            "Metadata-Version: 2.1\nName: fakevision\nVersion: 0.1.0\nRequires-Dist: torch (==2.13.0)\n",
+        )
         out.write(work / "_C.so", "fakevision/_C.so")
     return wheel
 
@@ -140,7 +143,11 @@ def test_a_wheel_built_against_a_cuda_torch_is_refused_in_one_line_before_any_bu
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.count("\n") == 1, result.stderr
     assert "fakevision 0.1.0 is built against a CUDA torch (its compiled modules need libc10_cuda.so, libtorch_cuda.so)" in result.stderr
-    assert "this image's torch 2.13.0" in result.stderr and "is a CPU build" in result.stderr and "download.pytorch.org/whl/cpu" in result.stderr
+    assert (
+        "this image's torch 2.13.0" in result.stderr
+        and "is a CPU build" in result.stderr
+        and "download.pytorch.org/whl/cpu" in result.stderr
+    )
 
 
 def test_a_wheel_built_against_a_cpu_torch_fits(catalog, plan_for, tmp_path):
@@ -157,7 +164,9 @@ def test_with_torchvision_takes_the_version_paired_with_the_images_torch(plan_fo
     assert [p.requirement for p in old.plugins] == ["torchvision==0.23.0"]
     new = plan_for(methods={"torch": "wheel"}, torch_version="2.14.0", libraries=("torchvision",))
     assert [p.requirement for p in new.plugins] == ["torchvision==0.29.0"] and new.torch_version == "2.14.0"
-    with pytest.raises(UsageProblem, match=r"none of its pinned versions \(0.29.0, 0.28.0, 0.23.0\) pairs with torch 2.12.0 \(torchvision's"):
+    with pytest.raises(
+        UsageProblem, match=r"none of its pinned versions \(0.29.0, 0.28.0, 0.23.0\) pairs with torch 2.12.0 \(torchvision's"
+    ):
         plan_for(methods={"torch": "wheel"}, torch_version="2.12.0", libraries=("torchvision",))
     with pytest.raises(UsageProblem, match="not one compiled here, .* use --torch-from wheel"):
         plan_for(libraries=("torchvision",))
@@ -176,6 +185,9 @@ def test_a_torchvision_wheel_for_another_torch_is_refused_by_the_pairing_table(p
     with zipfile.ZipFile(wheel, "w") as archive:
         archive.writestr("torchvision-0.23.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: torchvision\nVersion: 0.23.0\n")
         archive.writestr("torchvision/__init__.py", "")
-    with pytest.raises(UsageProblem, match=r"torchvision 0.23.0 is built for torch 2.8 \(torchvision's compatibility table.*"
-                                           r"torchvision==0.28.0 pairs with it"):  # fmt: skip
+    with pytest.raises(
+        UsageProblem,
+        match=r"torchvision 0.23.0 is built for torch 2.8 \(torchvision's compatibility table.*"
+        r"torchvision==0.28.0 pairs with it",
+    ):
         plan_for(methods={"torch": "wheel"}, plugin_wheels=(str(wheel),))

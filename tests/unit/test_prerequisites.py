@@ -97,8 +97,10 @@ def test_a_checked_build_for_a_cpu_this_host_lacks_is_refused_before_any_work(pl
     with pytest.raises(prerequisites.UsageProblem, match=r"lacks avx512f, avx512bw.*build with --no-test and check it where it runs"):
         prerequisites.require_cpu_for_checks(plan, checks=True, cpuinfo=avx2_host)
     notes = prerequisites.require_cpu_for_checks(plan, checks=False, cpuinfo=avx2_host)
-    assert notes[0] == ("torchstack: note: this host's CPU lacks avx512f, avx512bw, avx512cd, avx512dq, avx512vl, which "
-                        "x86-64-v4 code (-march=x86-64-v4) may use; the build compiles for it without running it")  # fmt: skip
+    assert notes[0] == (
+        "torchstack: note: this host's CPU lacks avx512f, avx512bw, avx512cd, avx512dq, avx512vl, which "
+        "x86-64-v4 code (-march=x86-64-v4) may use; the build compiles for it without running it"
+    )
     # Then, per compiled component, what its build runs here (components.yaml host_runs): OpenBLAS's and numpy's.
     assert [n.split("'s build runs ")[0] for n in notes[1:]] == ["torchstack: note: openblas"] * 2 + ["torchstack: note: numpy"]
     assert "may die of SIGILL and stop the tools stage" in notes[3]

@@ -25,9 +25,7 @@ def test_a_registry_without_a_host_is_refused(bad):
 
 def test_the_release_image_goes_under_the_registry(plan_for):
     plan = plan_for(backend="onednn-acl", release="r26.11")
-    assert wanted(plan, "ghcr.io/acme", push_stages=False, checked=True) == [
-        (f"torchstack:{TAG}", f"ghcr.io/acme/torchstack:{TAG}")
-    ]
+    assert wanted(plan, "ghcr.io/acme", push_stages=False, checked=True) == [(f"torchstack:{TAG}", f"ghcr.io/acme/torchstack:{TAG}")]
 
 
 def test_push_stages_sends_each_stage_then_the_release_once(plan_for):

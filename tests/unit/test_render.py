@@ -28,12 +28,16 @@ SECRETS = BuildSecrets(ca_bundle=Path("/host/ca.pem"), pip_conf=Path("/host/pip.
 def all_plans(catalog, plan_for):
     for backend in catalog.backends.values():
         for arch in backend.arches:
-            methods = [[(n, m) for m in catalog.components[n].methods if not (n == "torch" and m == "wheel")]
-                       for n in backend.components if catalog.components[n].alternatives]  # fmt: skip
+            methods = [
+                [(n, m) for m in catalog.components[n].methods if not (n == "torch" and m == "wheel")]
+                for n in backend.components
+                if catalog.components[n].alternatives
+            ]
             for target, choice in itertools.product(catalog.targets_for(arch), itertools.product(*methods)):
                 try:
-                    yield from plan_for(backend=backend.name, arch=arch, build_target=target.name, methods=dict(choice),
-                                        distribution="trixie")  # fmt: skip
+                    yield from plan_for(
+                        backend=backend.name, arch=arch, build_target=target.name, methods=dict(choice), distribution="trixie"
+                    )
                 except UsageProblem:
                     continue
 
@@ -72,7 +76,7 @@ def test_buildkit_mounts_the_secrets_and_caches_compiles(plan_for):
     assert "ENV PIP_CERT=/run/secrets/ca" in tools and "ENV PIP_CONFIG_FILE=/run/secrets/pip" in tools
     fetch, compile_ = tools.split("\nFROM tools-base AS fetch\n")[1].split("\nFROM tools-base\n")
     # The secrets reach the one step that downloads; the compile runs offline with the compiler cache.
-    assert "RUN --mount=type=secret,id=ca --mount=type=secret,id=pip \"/opt/venv/bin/pip\" download" in fetch
+    assert 'RUN --mount=type=secret,id=ca --mount=type=secret,id=pip "/opt/venv/bin/pip" download' in fetch
     assert "RUN --mount=type=cache,id=torchstack-ccache-x86_64,target=/ccache CCACHE_DIR" in compile_
     assert "secret" not in compile_ and "PIP_NO_INDEX=1" in compile_
     assert " pip==26.3 meson-python==0.18.0 " in fetch, "the fetch step downloads the pip the build installs first"
@@ -124,10 +128,10 @@ def test_the_full_runtime_keeps_pip_held_by_the_images_pins_and_slim_has_no_inst
     plan = plan_for(methods={"openblas": "distro"}, runtime=runtime)
     build, final = render_dockerfile(plan, plan.stage("final"), NO_SECRETS).rsplit("\nFROM ", 1)
     pins = "/opt/torchstack/constraints.txt"
-    assert f"pip\" list --format=freeze --exclude pip --exclude setuptools --exclude wheel > {pins}" in build
+    assert f'pip" list --format=freeze --exclude pip --exclude setuptools --exclude wheel > {pins}' in build
     assert f"COPY --from=install {pins} {pins}" in final
     held = f"ENV PIP_CONSTRAINT={pins} UV_CONSTRAINT={pins}" in final
-    removed = "pip\" uninstall --yes pip" in build
+    removed = 'pip" uninstall --yes pip' in build
     assert (held, removed) == ((True, False) if runtime == "full" else (False, True))
 
 
@@ -145,9 +149,13 @@ def test_context_holds_what_the_dockerfile_copies(plan_for, tmp_path):
     assert libs == []
     files = {p.relative_to(tmp_path / "libs").as_posix() for p in (tmp_path / "libs").rglob("*") if p.is_file()}
     assert files == {
-        "Dockerfile", "scripts/prepare-source.sh", "scripts/build-openblas.sh", "scripts/build-zdnn.sh",
-        "sources/OpenBLAS-0.3.33.tar.gz", "sources/zDNN-1.0.1.tar.gz",
-    }  # fmt: skip  (no build secrets: the libs stage runs no pip)
+        "Dockerfile",
+        "scripts/prepare-source.sh",
+        "scripts/build-openblas.sh",
+        "scripts/build-zdnn.sh",
+        "sources/OpenBLAS-0.3.33.tar.gz",
+        "sources/zDNN-1.0.1.tar.gz",
+    }  # no build secrets: the libs stage runs no pip
     assemble_context(plan, plan.stage("final"), tmp_path / "final", sources, secrets)
     info = json.loads((tmp_path / "final" / "build-info.json").read_text())
     assert info["target_flag"] == "-march=arch14"
@@ -164,7 +172,9 @@ def test_render_reports_missing_sources(plan_for, tmp_path):
 def test_the_final_image_starts_through_the_cpu_guard_with_the_runtime_defaults(plan_for, tmp_path):
     plan = plan_for(backend="onednn-acl", build_target="neoverse-v1", release="r26.11")
     assemble_context(plan, plan.stage("final"), tmp_path, {})
-    conf = dict(line.split("=", 1) for line in (tmp_path / "entrypoint.conf").read_text().splitlines() if "=" in line and not line.startswith(" "))
+    conf = dict(
+        line.split("=", 1) for line in (tmp_path / "entrypoint.conf").read_text().splitlines() if "=" in line and not line.startswith(" ")
+    )
     assert conf["TORCHSTACK_CPU_FEATURES"] == "'atomics asimdrdm fphp asimdhp lrcpc dcpop asimddp sve bf16 i8mm'"
     # No tuning measured on aarch64: the one default is the distribution's, for torch.compile.
     assert conf["TORCHSTACK_CPUINFO_FIELD"] == "Features" and conf["TORCHSTACK_DEFAULTS"] == "TORCHINDUCTOR_VEC_ISA_OK"
@@ -201,8 +211,9 @@ def test_the_refresh_layer_keeps_the_suites_and_records_its_upgrades(plan_for, t
     assert "apt-get upgrade -y --with-new-pkgs" in dockerfile and dockerfile.rstrip().endswith("USER 1000:1000")
     hadolint = shutil.which("hadolint")
     ignores = [arg for rule in HADOLINT_IGNORED for arg in ("--ignore", rule)]
-    linted = subprocess.run([hadolint, "--no-color", "--failure-threshold", "info", *ignores, str(tmp_path / "Dockerfile")],
-                            capture_output=True, text=True)  # fmt: skip
+    linted = subprocess.run(
+        [hadolint, "--no-color", "--failure-threshold", "info", *ignores, str(tmp_path / "Dockerfile")], capture_output=True, text=True
+    )
     assert linted.returncode == 0, linted.stdout + linted.stderr
     refresh_context(plan, "sha256:" + "0" * 64, [], tmp_path)
     assert "apt-get update" not in (tmp_path / "Dockerfile").read_text()

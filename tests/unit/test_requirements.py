@@ -37,7 +37,9 @@ def test_a_conflict_is_one_line_naming_the_package_and_the_pin_it_wants():
 
 
 def test_any_other_failure_is_pips_own_last_error():
-    output = "ERROR: Could not find a version that satisfies the requirement nosuchpkg\nERROR: No matching distribution found for nosuchpkg\n"
+    output = (
+        "ERROR: Could not find a version that satisfies the requirement nosuchpkg\nERROR: No matching distribution found for nosuchpkg\n"
+    )
     assert conflict(output, {"torch": "2.13.0"}) == "pip cannot resolve it for the image: No matching distribution found for nosuchpkg"
 
 
@@ -59,7 +61,10 @@ def test_requirements_join_the_tag_the_build_info_and_the_final_stage(plan_for, 
     assert build_info(plan)["requirements"]["file"] == "requirements.txt"
     assemble_context(plan, plan.stage("final"), tmp_path / "final", {})
     dockerfile = (tmp_path / "final" / "Dockerfile").read_text()
-    assert "--constraint /tmp/torchstack-held.txt --constraint /tmp/requirements/resolved.txt --requirement /tmp/requirements/requirements.txt" in dockerfile
+    assert (
+        "--constraint /tmp/torchstack-held.txt --constraint /tmp/requirements/resolved.txt --requirement /tmp/requirements/requirements.txt"
+        in dockerfile
+    )
     assert '"/opt/venv/bin/pip" check' in dockerfile
     assert (tmp_path / "final" / "requirements" / "requirements.txt").read_text() == wanted.read_text()
 

@@ -13,9 +13,12 @@ from torchstack.sbom import document, summary
 
 FOUND = {
     "python": [["numpy", "2.3.5", None], ["torch", "2.13.0", "BSD-3-Clause"], ["typing_extensions", "4.15.0", "PSF-2.0"]],
-    "debian": [["libgomp1", "12.2.0-14", "amd64", "gcc-12"], ["libopenblas0-pthread", "0.3.21+ds-4", "amd64", "openblas"],
-               ["zlib1g", "1:1.2.13.dfsg-1", "amd64", "zlib"]],
-}  # fmt: skip
+    "debian": [
+        ["libgomp1", "12.2.0-14", "amd64", "gcc-12"],
+        ["libopenblas0-pthread", "0.3.21+ds-4", "amd64", "openblas"],
+        ["zlib1g", "1:1.2.13.dfsg-1", "amd64", "zlib"],
+    ],
+}
 CREATED = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
 
 

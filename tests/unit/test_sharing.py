@@ -69,11 +69,16 @@ def test_what_an_ended_run_left_is_removed_and_a_running_runs_is_kept(tmp_path):
 
 def test_a_second_run_waits_for_the_lock_saying_so_once(tmp_path):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from torchstack import sharing\n"
-         f"with sharing.lock(Path({str(tmp_path)!r}), 'torchstack-dev:abc', print):\n"
-         "    print('held', flush=True); time.sleep(1.5)"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from torchstack import sharing\n"
+            f"with sharing.lock(Path({str(tmp_path)!r}), 'torchstack-dev:abc', print):\n"
+            "    print('held', flush=True); time.sleep(1.5)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline().strip() == "held"
     said = []
     started = time.monotonic()
@@ -86,11 +91,16 @@ def test_a_second_run_waits_for_the_lock_saying_so_once(tmp_path):
 
 def test_a_lock_whose_holder_was_killed_is_free(tmp_path):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import time; from pathlib import Path; from torchstack import sharing\n"
-         f"with sharing.lock(Path({str(tmp_path)!r}), 'x', print):\n"
-         "    print('held', flush=True); time.sleep(60)"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import time; from pathlib import Path; from torchstack import sharing\n"
+            f"with sharing.lock(Path({str(tmp_path)!r}), 'x', print):\n"
+            "    print('held', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline().strip() == "held"
     holder.send_signal(signal.SIGKILL)
     holder.wait()
@@ -119,16 +129,16 @@ def test_sigterm_unwinds_like_ctrl_c_and_says_143():
 def test_a_run_on_another_engine_does_not_wait_for_an_image_of_the_same_name(tmp_path, monkeypatch):
     """Each engine keeps its own images: the lock on a name is the engine's (its API socket), so a
     second dockerd's or Podman's build of the same request goes on; the same engine's waits."""
-    from torchstack import connection, pipeline
+    from torchstack import building, connection
 
-    monkeypatch.setattr(pipeline.sources, "state_dir", lambda: tmp_path)
+    monkeypatch.setattr(building.sources, "state_dir", lambda: tmp_path)
     docker_engine = connection.Engine("docker", "unix:///var/run/docker.sock", "the default")
     podman_engine = connection.Engine("podman", "unix:///run/podman/podman.sock", "--engine podman")
     name = "torchstack-final:r26.11-torch-2.13.0-onednn"
     held, release = threading.Event(), threading.Event()
 
     def hold():
-        with pipeline._lock(docker_engine, name, SimpleNamespace(note=print)):
+        with building.lock(docker_engine, name, SimpleNamespace(note=print)):
             held.set()
             release.wait(10)
 
@@ -136,10 +146,10 @@ def test_a_run_on_another_engine_does_not_wait_for_an_image_of_the_same_name(tmp
     holder.start()
     held.wait(10)
     said = []
-    with pipeline._lock(podman_engine, name, SimpleNamespace(note=said.append)):
+    with building.lock(podman_engine, name, SimpleNamespace(note=said.append)):
         assert said == []
     threading.Timer(0.5, release.set).start()
-    with pipeline._lock(docker_engine, name, SimpleNamespace(note=said.append)):
+    with building.lock(docker_engine, name, SimpleNamespace(note=said.append)):
         assert said == [f"torchstack: waiting for run {os.getpid()}, which is building {name} on this host"]
     holder.join()
 

@@ -59,8 +59,9 @@ def test_the_containers_policy_asks_for_a_cosign_signature_of_the_repository_by_
 def test_the_policy_command_writes_the_three_files_nodes_read(catalog, tmp_path):
     key = tmp_path / "cosign.pub"
     key.write_bytes(PUBLIC_KEY)
-    result = CliRunner().invoke(make_cli(catalog), ["policy", "--registry", "registry.example/ml", "--key", str(key),
-                                                    "--output", str(tmp_path / "out")])  # fmt: skip
+    result = CliRunner().invoke(
+        make_cli(catalog), ["policy", "--registry", "registry.example/ml", "--key", str(key), "--output", str(tmp_path / "out")]
+    )
     assert result.exit_code == 0, result.output
     assert result.output.split() == [str(tmp_path / "out" / name) for name in (policy.POLICY, policy.REGISTRIES_D, policy.KYVERNO)]
     assert json.loads((tmp_path / "out" / policy.POLICY).read_text())["transports"]["docker"]["registry.example/ml"]
@@ -74,11 +75,17 @@ def test_the_policy_command_writes_the_three_files_nodes_read(catalog, tmp_path)
     assert images["attestations"][0]["type"] == provenance.PREDICATE_TYPE
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("127.0.0.1:5000/ml/torchstack:r26.11-torch-2.13.0-onednn", ("127.0.0.1:5000", "ml/torchstack", "r26.11-torch-2.13.0-onednn", None)),
-    ("ghcr.io/acme/torchstack@sha256:" + "0" * 64, ("ghcr.io", "acme/torchstack", None, "sha256:" + "0" * 64)),
-    ("localhost/torchstack", ("localhost", "torchstack", "latest", None)),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "127.0.0.1:5000/ml/torchstack:r26.11-torch-2.13.0-onednn",
+            ("127.0.0.1:5000", "ml/torchstack", "r26.11-torch-2.13.0-onednn", None),
+        ),
+        ("ghcr.io/acme/torchstack@sha256:" + "0" * 64, ("ghcr.io", "acme/torchstack", None, "sha256:" + "0" * 64)),
+        ("localhost/torchstack", ("localhost", "torchstack", "latest", None)),
+    ],
+)
 def test_verify_reads_a_registry_reference(text, expected):
     found = registry.parse(text)
     assert (found.host, found.repository, found.tag, found.digest) == expected
@@ -90,15 +97,21 @@ def test_a_name_verify_cannot_check_is_a_usage_error(text):
         registry.parse(text)
 
 
-@pytest.mark.parametrize(("args", "said"), [
-    (["--sign", "cosign.key"], "--sign signs what --push sends: add --push and --registry"),
-    (["--sign", "/nonexistent/cosign.key", "--push", "--registry", "registry.example/ml"],
-     "--sign /nonexistent/cosign.key: no such file; give a cosign private key"),
-    (["verify", "torchstack:r26.11", "--key", "awskms://alias/torchstack"], "torchstack:r26.11: name the registry too"),
-    (["verify", "registry.example/ml/torchstack:r26.11", "--key", "/nonexistent.pub"], "--key /nonexistent.pub: no such file"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--sign", "cosign.key"], "--sign signs what --push sends: add --push and --registry"),
+        (
+            ["--sign", "/nonexistent/cosign.key", "--push", "--registry", "registry.example/ml"],
+            "--sign /nonexistent/cosign.key: no such file; give a cosign private key",
+        ),
+        (["verify", "torchstack:r26.11", "--key", "awskms://alias/torchstack"], "torchstack:r26.11: name the registry too"),
+        (["verify", "registry.example/ml/torchstack:r26.11", "--key", "/nonexistent.pub"], "--key /nonexistent.pub: no such file"),
+    ],
+)
 def test_signing_options_are_refused_in_one_line_before_any_work(catalog, args, said):
-    result = CliRunner().invoke(make_cli(catalog), ["--torch-from", "wheel", "--openblas-from", "distro", *args]
-                                if args[0] == "--sign" else args)  # fmt: skip
+    result = CliRunner().invoke(
+        make_cli(catalog), ["--torch-from", "wheel", "--openblas-from", "distro", *args] if args[0] == "--sign" else args
+    )
     assert result.exit_code == 2, result.output
     assert said in result.output and len(result.output.strip().splitlines()) == 1, result.output

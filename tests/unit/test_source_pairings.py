@@ -60,8 +60,14 @@ def test_a_torch_pin_past_2_14_is_refused_until_the_script_builds_like_upstream(
 
 def test_the_torch_patch_is_in_the_series_with_its_upstream():
     lines = [line.split() for line in (ROOT / "patches/torch/series").read_text().splitlines() if line and not line.startswith("#")]
-    assert lines == [["0001-use-cblas-dot-with-openblas.patch", "upstream:",
-                      "conda-forge/pytorch-cpu-feedstock", "recipe/patches/0002-Use-BLAS_USE_CBLAS_DOT-for-OpenBLAS-builds.patch"]]
+    assert lines == [
+        [
+            "0001-use-cblas-dot-with-openblas.patch",
+            "upstream:",
+            "conda-forge/pytorch-cpu-feedstock",
+            "recipe/patches/0002-Use-BLAS_USE_CBLAS_DOT-for-OpenBLAS-builds.patch",
+        ]
+    ]
     header = (ROOT / "patches/torch" / lines[0][0]).read_text().split("--- a/")[0]
     assert header.startswith("Why: ") and "Upstream: conda-forge/pytorch-cpu-feedstock" in header
 
@@ -71,11 +77,18 @@ def test_the_torch_patch_applies_by_name_in_the_openblas_branch(tmp_path):
     OpenBLAS branch (its lines as in torch 2.13, at another line than the hunk says): the set lands
     in that branch, before the probe's include could run."""
     openblas_branch = [
-        'elseif(BLAS STREQUAL "OpenBLAS")', "  find_package(OpenBLAS REQUIRED)", "  include_directories(SYSTEM ${OpenBLAS_INCLUDE_DIR})",
-        "  list(APPEND Caffe2_PUBLIC_DEPENDENCY_LIBS ${OpenBLAS_LIB})", '  set(BLAS_INFO "open")', "  set(BLAS_FOUND 1)",
-        "  set(BLAS_LIBRARIES ${OpenBLAS_LIB})", 'elseif(BLAS STREQUAL "BLIS")', "  find_package(BLIS REQUIRED)",
-        "  include_directories(SYSTEM ${BLIS_INCLUDE_DIR})", "  list(APPEND Caffe2_PUBLIC_DEPENDENCY_LIBS ${BLIS_LIB})",
-    ]  # fmt: skip
+        'elseif(BLAS STREQUAL "OpenBLAS")',
+        "  find_package(OpenBLAS REQUIRED)",
+        "  include_directories(SYSTEM ${OpenBLAS_INCLUDE_DIR})",
+        "  list(APPEND Caffe2_PUBLIC_DEPENDENCY_LIBS ${OpenBLAS_LIB})",
+        '  set(BLAS_INFO "open")',
+        "  set(BLAS_FOUND 1)",
+        "  set(BLAS_LIBRARIES ${OpenBLAS_LIB})",
+        'elseif(BLAS STREQUAL "BLIS")',
+        "  find_package(BLIS REQUIRED)",
+        "  include_directories(SYSTEM ${BLIS_INCLUDE_DIR})",
+        "  list(APPEND Caffe2_PUBLIC_DEPENDENCY_LIBS ${BLIS_LIB})",
+    ]
     source = tmp_path / "pytorch-v2.13.0"
     (source / "cmake").mkdir(parents=True)
     (source / "cmake/Dependencies.cmake").write_text("\n".join(["# filler"] * 150 + openblas_branch + ["endif()"]) + "\n")

@@ -6,16 +6,21 @@ import threading
 
 import pytest
 
-from torchstack.errors import ChecksumMismatch, ToolkitError
 from torchstack.component import Source
+from torchstack.errors import ChecksumMismatch, ToolkitError
 from torchstack.sources import fetch_source
 
 PAYLOAD = b"pretend this is OpenBLAS-0.3.33.tar.gz\n" * 5000
 
 
 def pinned(payload=PAYLOAD, name="OpenBLAS-0.3.33.tar.gz"):
-    return Source(version="0.3.33", url=f"https://upstream.invalid/{name}", filename=name,
-                  sha256=hashlib.sha256(payload).hexdigest(), sha256_from="test pin")  # fmt: skip
+    return Source(
+        version="0.3.33",
+        url=f"https://upstream.invalid/{name}",
+        filename=name,
+        sha256=hashlib.sha256(payload).hexdigest(),
+        sha256_from="test pin",
+    )
 
 
 class MirrorHandler(http.server.BaseHTTPRequestHandler):
@@ -65,7 +70,9 @@ def test_fetch_from_an_http_mirror_verifies_and_caches(mirror, tmp_path):
 def test_a_corrupted_file_is_rejected_and_nothing_is_cached(mirror, tmp_path):
     handler, url = mirror
     handler.files["OpenBLAS-0.3.33.tar.gz"] = PAYLOAD.replace(b"pretend", b"tampered", 1)
-    with pytest.raises(ChecksumMismatch, match=r"openblas 0.3.33: .* has sha256 \w+, but the pin is \w+ \(published in test pin\); nothing was cached"):
+    with pytest.raises(
+        ChecksumMismatch, match=r"openblas 0.3.33: .* has sha256 \w+, but the pin is \w+ \(published in test pin\); nothing was cached"
+    ):
         fetch_source("openblas", pinned(), url, tmp_path)
     assert list(tmp_path.iterdir()) == [], "no file, not even a partial one, is left in the cache"
 

@@ -39,10 +39,15 @@ def fake_root(tmp_path, cgroup: str, mountinfo: str | None, files: dict[str, str
 
 
 def test_cgroup_v1_quota_over_period(tmp_path):
-    root = fake_root(tmp_path, V1_CGROUP, V1_MOUNTINFO, {
-        "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "100000\n",
-        "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000\n",
-    })  # fmt: skip
+    root = fake_root(
+        tmp_path,
+        V1_CGROUP,
+        V1_MOUNTINFO,
+        {
+            "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "100000\n",
+            "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000\n",
+        },
+    )
     assert startup.cpu_quota(root) == (1.0, "cgroup v1 /sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us")
     count, why = startup.threads({}, root, affinity=2)
     assert count == 1, why
@@ -50,10 +55,15 @@ def test_cgroup_v1_quota_over_period(tmp_path):
 
 
 def test_cgroup_v1_without_a_quota_leaves_torch_its_choice(tmp_path):
-    root = fake_root(tmp_path, V1_CGROUP, V1_MOUNTINFO, {
-        "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "-1\n",
-        "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000\n",
-    })  # fmt: skip
+    root = fake_root(
+        tmp_path,
+        V1_CGROUP,
+        V1_MOUNTINFO,
+        {
+            "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "-1\n",
+            "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000\n",
+        },
+    )
     assert startup.cpu_quota(root) is None
     assert startup.threads({}, root, affinity=2) == (None, "2 CPUs in the affinity mask, no CPU quota: torch's own choice")
 
@@ -68,12 +78,17 @@ def test_cgroup_v2_in_its_own_namespace_with_a_fractional_quota(tmp_path):
 def test_nested_cgroup_v2_limits_the_smallest_wins(tmp_path):
     """A container without a limit of its own, in a pod limited to 4 CPUs, in a slice of 8."""
     top = "sys/fs/cgroup"
-    root = fake_root(tmp_path, f"0::/{POD}\n", V2_MOUNTINFO, {
-        f"{top}/{POD}/cpu.max": "max 100000\n",
-        f"{top}/{os.path.dirname(POD)}/cpu.max": "400000 100000\n",
-        f"{top}/kubepods.slice/kubepods-burstable.slice/cpu.max": "max 100000\n",
-        f"{top}/kubepods.slice/cpu.max": "800000 100000\n",
-    })  # fmt: skip
+    root = fake_root(
+        tmp_path,
+        f"0::/{POD}\n",
+        V2_MOUNTINFO,
+        {
+            f"{top}/{POD}/cpu.max": "max 100000\n",
+            f"{top}/{os.path.dirname(POD)}/cpu.max": "400000 100000\n",
+            f"{top}/kubepods.slice/kubepods-burstable.slice/cpu.max": "max 100000\n",
+            f"{top}/kubepods.slice/cpu.max": "800000 100000\n",
+        },
+    )
     assert startup.cpu_quota(root) == (4.0, f"cgroup v2 /{top}/{os.path.dirname(POD)}/cpu.max")
     assert startup.threads({}, root, affinity=64)[0] == 4
     # Fewer CPUs in the mask than the quota allows: torch follows the mask by itself.
@@ -86,12 +101,15 @@ def test_cgroup_v2_max_everywhere_is_no_quota(tmp_path):
     assert startup.threads({}, root, affinity=4)[0] is None
 
 
-@pytest.mark.parametrize("files", [
-    {},  # no cgroup files at all
-    {"sys/fs/cgroup/cpu.max/x": "a folder where the file should be"},  # unreadable
-    {"sys/fs/cgroup/cpu.max": "a lot\n"},  # not two numbers
-    {"sys/fs/cgroup/cpu.max": "many 100000\n"},  # not a number
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "files",
+    [
+        {},  # no cgroup files at all
+        {"sys/fs/cgroup/cpu.max/x": "a folder where the file should be"},  # unreadable
+        {"sys/fs/cgroup/cpu.max": "a lot\n"},  # not two numbers
+        {"sys/fs/cgroup/cpu.max": "many 100000\n"},  # not a number
+    ],
+)
 def test_missing_or_unreadable_cgroup_files_fall_back_to_the_affinity_mask(tmp_path, files):
     root = fake_root(tmp_path, "0::/\n", V2_MOUNTINFO, files)
     assert startup.threads({}, root, affinity=3) == (None, "3 CPUs in the affinity mask, no CPU quota: torch's own choice")
@@ -125,7 +143,8 @@ def test_without_a_temporary_folder_the_home_holds_the_kernels(tmp_path, monkeyp
     env = {"TMPDIR": str(tmp_path / "missing"), "HOME": str(home), "USER": "torch"}
     chosen, why, usable = startup.scratch_folder(env)
     assert usable and chosen == {
-        "TORCHINDUCTOR_CACHE_DIR": f"{home}/.cache/torchinductor_torch", "TORCHSTACK_INDUCTOR_CACHE": f"{home}/.cache/torchinductor_torch",
+        "TORCHINDUCTOR_CACHE_DIR": f"{home}/.cache/torchinductor_torch",
+        "TORCHSTACK_INDUCTOR_CACHE": f"{home}/.cache/torchinductor_torch",
         "TMPDIR": str(home),  # no temporary folder at all: Python's tempfile would find none
     }, why
     assert why == f"TORCHINDUCTOR_CACHE_DIR={home}/.cache/torchinductor_torch ({tmp_path}/missing: missing)"
@@ -168,6 +187,5 @@ def test_the_pth_file_runs_the_hook_in_a_new_interpreter(tmp_path):
     code = "import os, site, sys; site.addsitedir(sys.argv[1]); import torchstack_startup as t; print(t.decision)"
     shown = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, text=True)
     assert shown.returncode == 0 and "affinity mask" in shown.stdout, shown.stderr
-    off = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env={**env, "OMP_NUM_THREADS": "5"},
-                         capture_output=True, text=True)  # fmt: skip
+    off = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env={**env, "OMP_NUM_THREADS": "5"}, capture_output=True, text=True)
     assert off.stdout.strip() == "OMP_NUM_THREADS=5, as set by the user", off.stderr

@@ -4,9 +4,9 @@ import itertools
 
 import pytest
 
+from tests.conftest import NOW
 from torchstack.errors import UsageProblem
 from torchstack.tags import check_repository, check_tag, default_release, release_tag
-from tests.conftest import NOW
 
 
 def test_the_canonical_tag():
@@ -63,16 +63,16 @@ def test_every_distinct_build_gets_a_distinct_tag(catalog, plan_for):
         for arch in backend.arches:
             alternatives = [
                 [(name, m) for m in catalog.components[name].methods]
-                for name in backend.components if catalog.components[name].alternatives
-            ]  # fmt: skip
+                for name in backend.components
+                if catalog.components[name].alternatives
+            ]
             combinations = itertools.product(catalog.targets_for(arch), catalog.distributions, *alternatives)
             for target, distribution, *methods in combinations:
                 choice = dict(methods)
                 if choice.get("torch") == "wheel":
                     continue  # a wheel's own version decides its tag; covered by the wheel tests
                 try:
-                    plan = plan_for(backend=backend.name, arch=arch, build_target=target.name, methods=choice,
-                                    distribution=distribution)  # fmt: skip
+                    plan = plan_for(backend=backend.name, arch=arch, build_target=target.name, methods=choice, distribution=distribution)
                 except UsageProblem:
                     continue  # a combination refused with a reason (e.g. GCC too old for the target)
                 key = (backend.name, arch, target.name, tuple(sorted(choice.items())), distribution)

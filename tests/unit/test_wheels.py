@@ -18,15 +18,31 @@ def make_wheel(folder, name, files):
 
 @pytest.fixture
 def wheelhouse(tmp_path):
-    make_wheel(tmp_path, "torch-2.8.0-cp311-cp311-manylinux_2_28_aarch64.whl", {
-        "torch/version.py": "__version__ = '2.8.0+cpu'\n", "torch.libs/libarm_compute-cf8c0b82.so": "",
-    })  # fmt: skip
-    make_wheel(tmp_path, "torch-2.13.0-cp311-cp311-manylinux_2_28_aarch64.whl", {
-        "torch/version.py": "__version__ = '2.13.0'\n", "torch/lib/libarm_compute.so": "", "torch/lib/libtorch_cuda.so": "",
-    })  # fmt: skip
-    make_wheel(tmp_path, "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl", {
-        "torch/version.py": "__version__ = '2.13.0+cpu'\n", "torch/include/dnnl.h": "",
-    })  # fmt: skip
+    make_wheel(
+        tmp_path,
+        "torch-2.8.0-cp311-cp311-manylinux_2_28_aarch64.whl",
+        {
+            "torch/version.py": "__version__ = '2.8.0+cpu'\n",
+            "torch.libs/libarm_compute-cf8c0b82.so": "",
+        },
+    )
+    make_wheel(
+        tmp_path,
+        "torch-2.13.0-cp311-cp311-manylinux_2_28_aarch64.whl",
+        {
+            "torch/version.py": "__version__ = '2.13.0'\n",
+            "torch/lib/libarm_compute.so": "",
+            "torch/lib/libtorch_cuda.so": "",
+        },
+    )
+    make_wheel(
+        tmp_path,
+        "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
+        {
+            "torch/version.py": "__version__ = '2.13.0+cpu'\n",
+            "torch/include/dnnl.h": "",
+        },
+    )
     return tmp_path
 
 
@@ -63,9 +79,7 @@ def test_a_version_the_folder_does_not_hold(plan_for, wheelhouse):
 
 
 def test_a_package_index_becomes_pip_settings():
-    assert pip_index_settings("https://user:token@pypi.example.com/simple") == {
-        "index-url": "https://user:token@pypi.example.com/simple"
-    }
+    assert pip_index_settings("https://user:token@pypi.example.com/simple") == {"index-url": "https://user:token@pypi.example.com/simple"}
     # pip ignores a plain-http index unless its host is trusted
     assert pip_conf_text("http://172.17.0.1:8080/simple/") == (
         "[global]\nindex-url = http://172.17.0.1:8080/simple/\ntrusted-host = 172.17.0.1:8080\n"
@@ -95,14 +109,21 @@ def test_a_wheel_whose_complex_dot_is_wrong_is_found_from_its_own_library(tmp_pa
 
 
 def test_without_distribution_a_wheel_takes_the_newest_debian_with_its_python_and_says_why(plan_for, tmp_path):
-    cp311 = make_wheel(tmp_path, "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
-                       {"torch/version.py": "__version__ = '2.13.0+cpu'\n", "torch/include/dnnl.h": ""})  # fmt: skip
+    cp311 = make_wheel(
+        tmp_path,
+        "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
+        {"torch/version.py": "__version__ = '2.13.0+cpu'\n", "torch/include/dnnl.h": ""},
+    )
     plan = plan_for(methods={"torch": "wheel"}, torch_wheel=str(cp311))
     assert plan.distribution.name == "bookworm"
-    assert plan.distribution_note == ("bookworm (Python 3.11): the newest Debian release whose Python the torch wheel is "
-                                      "for (cp311; trixie has Python 3.13)")  # fmt: skip
-    cp313 = make_wheel(tmp_path, "torch-2.13.0+cpu-cp313-cp313-manylinux_2_28_x86_64.whl",
-                       {"torch/version.py": "__version__ = '2.13.0+cpu'\n", "torch/include/dnnl.h": ""})  # fmt: skip
+    assert plan.distribution_note == (
+        "bookworm (Python 3.11): the newest Debian release whose Python the torch wheel is for (cp311; trixie has Python 3.13)"
+    )
+    cp313 = make_wheel(
+        tmp_path,
+        "torch-2.13.0+cpu-cp313-cp313-manylinux_2_28_x86_64.whl",
+        {"torch/version.py": "__version__ = '2.13.0+cpu'\n", "torch/include/dnnl.h": ""},
+    )
     assert plan_for(methods={"torch": "wheel"}, torch_wheel=str(tmp_path)).distribution.name == "trixie"
     assert plan_for(methods={"torch": "wheel"}, torch_wheel=str(cp313)).distribution_note.startswith("trixie (Python 3.13)")
     # Source builds take the newest release too.

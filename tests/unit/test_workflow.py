@@ -9,9 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from click.testing import CliRunner
 import pytest
 import yaml
+from click.testing import CliRunner
 
 from torchstack.cli import make_cli
 from torchstack.matrix import jobs
@@ -35,8 +35,9 @@ def steps(workflow):
 
 @pytest.mark.parametrize("schema", ["vendor.github-workflows", "custom.github-workflows-require-timeout"])
 def test_the_workflow_is_valid_against_githubs_schema(schema):
-    result = subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", schema, str(WORKFLOW)],
-                            capture_output=True, text=True)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", schema, str(WORKFLOW)], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 

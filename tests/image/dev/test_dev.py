@@ -14,13 +14,18 @@ def own_tests_commands(component, mkldnn: bool, tree: str) -> list[str]:
     """Install the wheel the dev stage built, what it pulls in and what the tests need (offline,
     from what the dev stage downloaded) into a folder of their own, then one pytest run per chosen
     test file, from the source tree's test folder."""
-    wanted = [f"{layout.WHEELS_DIR}/torch-*.whl", *(shlex.quote(r) for r in (*component.runtime_requirements, *component.test_requirements))]
-    install = f"{layout.VENV}/bin/pip install --quiet --no-index --find-links {layout.DOWNLOADS_DIR} --target {TEST_DEPS} {' '.join(wanted)}"
+    wanted = [
+        f"{layout.WHEELS_DIR}/torch-*.whl",
+        *(shlex.quote(r) for r in (*component.runtime_requirements, *component.test_requirements)),
+    ]
+    install = (
+        f"{layout.VENV}/bin/pip install --quiet --no-index --find-links {layout.DOWNLOADS_DIR} --target {TEST_DEPS} {' '.join(wanted)}"
+    )
     runs = [
         f"cd {tree}/{test.file.rpartition('/')[0]} && PYTHONPATH={TEST_DEPS} {layout.VENV}/bin/python -m pytest -q "
         f"-p no:cacheprovider {test.file.rpartition('/')[2]}" + (f" -k {shlex.quote(test.select)}" if test.select else "")
         for test in component.own_tests_for(mkldnn)
-    ]  # fmt: skip
+    ]
     return [install, *runs]
 
 

@@ -80,7 +80,8 @@ def banner(container) -> tuple[int, str]:
 # each package --requirements named imported (its top-level modules, from its RECORD), in one
 # Python process of the image as its default user: one `import torch` (15 s under qemu), not one
 # per plugin and per check. A failure is kept as its traceback, for the check it belongs to.
-PLUGIN_REPORT = """
+PLUGIN_REPORT = (
+    """
 import contextlib, importlib, importlib.metadata as metadata, io, json, sys, traceback
 plugins, checks, requested = json.loads(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
 report = {"versions": {}, "checks": {}, "requirements": {}}
@@ -109,8 +110,11 @@ for pin in requested:
         report["requirements"][name] = {"version": metadata.version(name), "modules": tops}
     except BaseException:
         report["requirements"][name] = {"version": None, "modules": [], "error": traceback.format_exc()}
-print(""" + repr(REPORT_MARK) + """ + json.dumps(report))
+print("""
+    + repr(REPORT_MARK)
+    + """ + json.dumps(report))
 """
+)
 
 
 @pytest.fixture(scope="session")

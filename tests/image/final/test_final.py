@@ -74,8 +74,10 @@ for name, args in json.loads(sys.argv[1]):
 print(json.dumps(ran))
 """
 # The example whose --benchmark mode the examples loop runs (a short one), and its arguments.
-BENCHMARKED = {"native": ("sdpa.py", ["--benchmark", "--runs", "2", "--warmup", "1"]),
-               "emulated": ("resnet.py", ["--benchmark", "--runs", "1", "--warmup", "0"])}
+BENCHMARKED = {
+    "native": ("sdpa.py", ["--benchmark", "--runs", "2", "--warmup", "1"]),
+    "emulated": ("resnet.py", ["--benchmark", "--runs", "1", "--warmup", "0"]),
+}
 
 
 def _benchmarked(ours) -> tuple[str, list[str]]:
@@ -183,8 +185,7 @@ def test_conv_and_matmul_run_the_kernels_the_backend_promises(torch_report, back
     expected = kernels.expected(isa)
     for kind, impls in (("convolution", ran["convolution"]), ("matmul or inner product", linear)):
         assert any(re.search(expected, impl) for impl in impls), (
-            f"the {kind} ran {sorted(impls)} on {isa}; backend {backend.name} promises implementations "
-            f"matching {expected}: {kernels.why}"
+            f"the {kind} ran {sorted(impls)} on {isa}; backend {backend.name} promises implementations matching {expected}: {kernels.why}"
         )
 
 
@@ -200,9 +201,7 @@ def test_backend_libraries_are_in_the_image(torch_report, user_host, backend):
         return
     linker_cache = user_host.run("/sbin/ldconfig -p").stdout
     for library in backend.libraries:
-        assert library in maps or library in linker_cache, (
-            f"{library} is neither loaded by torch nor in the linker cache of the image"
-        )
+        assert library in maps or library in linker_cache, f"{library} is neither loaded by torch nor in the linker cache of the image"
 
 
 def test_torch_names_the_blas_and_lapack_the_plan_promised(torch_report, ours):
@@ -392,8 +391,9 @@ def test_the_pins_are_what_the_venv_holds(host, python):
     pins = host.file(layout.PINS)
     assert pins.exists, f"no {layout.PINS}: images built on this one would keep nothing"
     pinned = {canonicalize_name(n): v for n, _, v in (line.partition("==") for line in pins.content_string.split())}
-    found = json.loads(python("import importlib.metadata as m, json; "
-                              "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"))  # fmt: skip
+    found = json.loads(
+        python("import importlib.metadata as m, json; print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))")
+    )
     installed = {canonicalize_name(n): v for n, v in found.items() if canonicalize_name(n) not in layout.INSTALLER_TOOLS}
     assert pinned == installed, (
         f"pinned only: {sorted(set(pinned.items()) - set(installed.items()))[:5]}, "
@@ -428,7 +428,10 @@ def _certificates(image, engine, ours) -> list[str]:
     on the host instead (created, never started)."""
     if ours["arch"] == host_arch():
         with _running(image, engine, user="root") as box:
-            listed = box.run(f"find / -xdev -type f -size -{MAX_CERTIFICATE_FILE}c -print0 | xargs -0r grep -lFZ -e {shlex.quote('-----BEGIN CERTIFICATE-----')}")
+            listed = box.run(
+                f"find / -xdev -type f -size -{MAX_CERTIFICATE_FILE}c -print0 "
+                f"| xargs -0r grep -lFZ -e {shlex.quote('-----BEGIN CERTIFICATE-----')}"
+            )
             assert not listed.stderr, f"the search for certificates failed (exit {listed.rc}): {listed.stderr[-800:]}"
             candidates = [path for path in listed.stdout.split("\0") if path and not path.lstrip("/").startswith(CA_STORE)]
             return [path for path in candidates if PEM_CERTIFICATE.search(box.file(path).content)]
@@ -533,8 +536,11 @@ def _examples(image, engine, ours) -> dict:
     benchmarked, benchmark_args = _benchmarked(ours)
     with _running(image, engine, tmpfs=EXEC_TMP, **RESTRICTED) as pod:
         names = [path.rsplit("/", 1)[1] for path in pod.run(f"ls {EXAMPLES}/[!_]*.py").stdout.split()]
-        wanted = [name for name in names if not (emulated and name not in UNDER_EMULATION)
-                  and not (name == "compile.py" and ours["runtime"] != "slim")]  # fmt: skip
+        wanted = [
+            name
+            for name in names
+            if not (emulated and name not in UNDER_EMULATION) and not (name == "compile.py" and ours["runtime"] != "slim")
+        ]
         plan = json.dumps([[name, benchmark_args if name == benchmarked else []] for name in wanted])
         result = pod.run(f"cd {EXAMPLES} && python3 -c {shlex.quote(EXAMPLES_IN_ONE_PROCESS)} {shlex.quote(plan)}")
     assert result.rc == 0, f"the examples' runner failed:\n{result.stderr[-2500:]}"
@@ -676,8 +682,9 @@ def test_interactive_start_shows_the_banner_and_the_defaults(banner, ours):
 def test_a_non_interactive_run_prints_only_its_own_output(image):
     """docker run IMAGE CMD: through the entry point (and its CPU check, which passes on this
     host), nothing added to the output."""
-    out = docker.from_env().containers.run(image, ["python3", "-c", "print('only this')"], remove=True, stderr=True,
-                                          network_mode="none", labels=sharing.labels())  # fmt: skip
+    out = docker.from_env().containers.run(
+        image, ["python3", "-c", "print('only this')"], remove=True, stderr=True, network_mode="none", labels=sharing.labels()
+    )
     assert out.decode() == "only this\n", out
 
 
@@ -729,8 +736,12 @@ def test_the_sbom_lists_what_the_image_holds(host, python, ours):
     debian = {line.split()[0] for line in installed if line.endswith(" installed")}
     listed = {c["name"] for c in bom["components"] if c.get("purl", "").startswith("pkg:deb/")}
     assert listed == debian, f"dpkg only: {sorted(debian - listed)[:5]}, SBOM only: {sorted(listed - debian)[:5]}"
-    venv = json.loads(python("import importlib.metadata as m, json, sys; "
-                             "print(json.dumps(sorted({d.metadata['Name'] for d in m.distributions(path=sys.path)})))"))  # fmt: skip
+    venv = json.loads(
+        python(
+            "import importlib.metadata as m, json, sys; "
+            "print(json.dumps(sorted({d.metadata['Name'] for d in m.distributions(path=sys.path)})))"
+        )
+    )
     names = {c["name"] for c in bom["components"] if c.get("purl", "").startswith("pkg:pypi/")}
     assert names == set(venv), f"venv only: {sorted(set(venv) - names)[:5]}, SBOM only: {sorted(names - set(venv))[:5]}"
     # As pip records it (PyPI's aarch64 torch 2.8.0 wheel says 2.8.0; torch.__version__ 2.8.0+cpu).

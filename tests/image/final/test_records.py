@@ -16,8 +16,12 @@ def _dpkg(host) -> dict[str, str]:
 
 
 def _venv(python) -> dict[str, str]:
-    found = json.loads(python("import importlib.metadata as m, json, sys; "
-                              "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions(path=sys.path)}))"))  # fmt: skip
+    found = json.loads(
+        python(
+            "import importlib.metadata as m, json, sys; "
+            "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions(path=sys.path)}))"
+        )
+    )
     return {re.sub(r"[-_.]+", "-", name).lower(): version for name, version in found.items()}
 
 

@@ -106,9 +106,11 @@ def test_the_test_compile_backend_is_really_called(python, ours):
     torch.compile asks for its backend: torch found it through the entry point alone."""
     if not any(p["name"] == "torchstack-test-compile" for p in plugins(ours)):
         pytest.skip("the test compile plugin is not in this image")
-    code = ("import torch\n"
-            "torch.compile(torch.nn.Linear(4, 4), backend='torchstack_test')(torch.randn(2, 4))\n"
-            "import torchstack_test_compile as t\nprint(len(t.CALLS))")  # fmt: skip
+    code = (
+        "import torch\n"
+        "torch.compile(torch.nn.Linear(4, 4), backend='torchstack_test')(torch.randn(2, 4))\n"
+        "import torchstack_test_compile as t\nprint(len(t.CALLS))"
+    )
     assert int(python(code).strip()) >= 1
 
 
@@ -118,8 +120,10 @@ def test_each_device_plugin_registers_its_device_at_import_torch(user_host, ours
     device_plugins = [p for p in plugins(ours) if p["device_entry_points"]]
     if not device_plugins:
         pytest.skip("no plugin here registers a device")
-    code = ("import torch; name = torch._C._get_privateuse1_backend_name(); "
-            "print(name, torch.device(name).type, hasattr(torch, name) and name != 'privateuseone')")  # fmt: skip
+    code = (
+        "import torch; name = torch._C._get_privateuse1_backend_name(); "
+        "print(name, torch.device(name).type, hasattr(torch, name) and name != 'privateuseone')"
+    )
     loaded = user_host.run(f"python3 -c {shlex.quote(code)}")
     assert loaded.rc == 0, loaded.stderr[-2000:]
     name, device_type, has_module = loaded.stdout.split()
@@ -182,8 +186,10 @@ def test_the_image_reports_each_probe_from_the_library_that_knows(user_host, pyt
             direct = torch_report["kleidiai"]
             assert answer["available"] == direct, (answer, direct)
         else:
-            direct = python(f"import ctypes; z = ctypes.CDLL({library!r}); z.zdnn_init(); "
-                            "z.zdnn_is_nnpa_installed.restype = ctypes.c_bool; print(z.zdnn_is_nnpa_installed())")  # fmt: skip
+            direct = python(
+                f"import ctypes; z = ctypes.CDLL({library!r}); z.zdnn_init(); "
+                "z.zdnn_is_nnpa_installed.restype = ctypes.c_bool; print(z.zdnn_is_nnpa_installed())"
+            )
             assert str(answer["available"]) == direct.strip(), (answer, direct)
         print(answer["says"])
 

@@ -23,12 +23,14 @@ torch.testing.assert_close(pooled.flatten(), torch.tensor([7.5]))
 
 # A model's preprocessing, on a uint8 image made here, then through PIL (pillow) and back.
 image = torch.randint(0, 256, (3, 64, 48), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
-pipeline = v2.Compose([
-    v2.Resize((32, 32), antialias=True),
-    v2.CenterCrop(24),
-    v2.ToDtype(torch.float32, scale=True),
-    v2.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
-])
+pipeline = v2.Compose(
+    [
+        v2.Resize((32, 32), antialias=True),
+        v2.CenterCrop(24),
+        v2.ToDtype(torch.float32, scale=True),
+        v2.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
+    ]
+)
 out = pipeline(image)
 assert out.shape == (3, 24, 24) and out.dtype == torch.float32, (out.shape, out.dtype)
 as_pil = functional.to_pil_image(image)

@@ -7,9 +7,10 @@ from torchstack.layout import LD_SO_CONF, PAYLOAD_DIR
 
 def _components(ours, catalog, stage="libs", method=None):
     return {
-        name: c for name, c in ours["components"].items()
+        name: c
+        for name, c in ours["components"].items()
         if catalog.components[name].stage == stage and (method is None or c["method"] == method)
-    }  # fmt: skip
+    }
 
 
 def test_each_compiled_library_is_installed_and_staged_for_the_final_image(host, ours, catalog):
@@ -89,8 +90,10 @@ def test_zdnn_answers_whether_this_machine_has_an_nnpa(host, ours, python):
     zdnn = ours["components"].get("zdnn")
     if zdnn is None:
         pytest.skip("zDNN is not part of this image")
-    code = (f"import ctypes; z = ctypes.CDLL('{zdnn['prefix']}/lib/libzdnn.so'); z.zdnn_init.restype = None; "
-            "z.zdnn_is_nnpa_installed.restype = ctypes.c_bool; z.zdnn_init(); print(z.zdnn_is_nnpa_installed())")  # fmt: skip
+    code = (
+        f"import ctypes; z = ctypes.CDLL('{zdnn['prefix']}/lib/libzdnn.so'); z.zdnn_init.restype = None; "
+        "z.zdnn_is_nnpa_installed.restype = ctypes.c_bool; z.zdnn_init(); print(z.zdnn_is_nnpa_installed())"
+    )
     answer = python(code).strip()
     assert answer in ("True", "False"), answer
     features = host.run("grep -m1 '^features' /proc/cpuinfo").stdout.split()

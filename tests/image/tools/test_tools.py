@@ -24,7 +24,9 @@ def test_numpy_is_linked_against_the_expected_blas(python, ours):
         return
     openblas = ours["components"].get("openblas")
     # Our OpenBLAS under its prefix, or Debian's OpenMP build (the threading torch uses).
-    folder = f"{openblas['prefix']}/lib" if openblas and openblas["method"] == "source" else f"/usr/lib/{ours['arch']}-linux-gnu/openblas-openmp"
+    folder = (
+        f"{openblas['prefix']}/lib" if openblas and openblas["method"] == "source" else f"/usr/lib/{ours['arch']}-linux-gnu/openblas-openmp"
+    )
     for kind in ("blas", "lapack"):
         assert found[kind]["name"] == "openblas", f"expected numpy's {kind} to be openblas, found {found[kind]}"
         assert found[kind].get("lib directory", "").rstrip("/") == folder, f"expected numpy's {kind} from {folder}, found {found[kind]}"

@@ -1,0 +1,179 @@
+"""The commands that take an image already built: manifest, inspect, test, verify, policy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+import docker.errors
+
+from torchstack import sharing, tags
+from torchstack.connection import choose, connect
+from torchstack.errors import ToolkitError, UsageProblem
+from torchstack.model import Catalog
+from torchstack.options import engine_option, writable_folder
+from torchstack.reports import format_inspection
+from torchstack.sources import state_dir
+
+
+def manifest_command(catalog: Catalog) -> click.Command:
+    @click.command("manifest")
+    @click.argument("target")
+    @click.argument("sources", nargs=-1, required=True)
+    @click.option(
+        "--arch",
+        "arches",
+        multiple=True,
+        required=True,
+        help=f"An architecture the tag must hold, one of {', '.join(catalog.architectures)} (repeat).",
+    )
+    @click.option("--sign", metavar="KEY", help="Sign the list and each image in it (cosign, offline), as --sign does a build's.")
+    @engine_option
+    def manifest_command(target: str, sources: tuple[str, ...], arches: tuple[str, ...], sign: str | None, engine: str) -> None:
+        """Join per-architecture images in a registry (SOURCES) as one multi-architecture tag (TARGET).
+
+        For example: manifest ghcr.io/acme/torchstack:r26.11-torch-2.13.0-openblas
+        ghcr.io/acme/torchstack:r26.11-torch-2.13.0-openblas-x86_64
+        ghcr.io/acme/torchstack:r26.11-torch-2.13.0-openblas-aarch64 --arch x86_64 --arch aarch64
+        """
+        from torchstack.publish import join_architectures
+
+        unknown = [a for a in arches if a not in catalog.architectures]
+        if unknown:
+            raise UsageProblem(f"unknown --arch {unknown[0]!r}; valid: {', '.join(catalog.architectures)}")
+        try:
+            tags.check_repository(target.rpartition(":")[0] if ":" in target.rsplit("/", 1)[-1] else target)
+        except UsageProblem:
+            raise UsageProblem(f"{target}: not a valid image name (HOST[:PORT]/NAME:TAG, lowercase)") from None
+        if sign:
+            from torchstack import signing
+
+            sign = signing.check_key(sign, "--sign", private=True)
+        expected = {a: catalog.architectures[a].docker.split("/", 1)[1] for a in dict.fromkeys(arches)}
+        kind = choose(engine).kind  # the engine's CLI does this, not its API
+        digest = join_architectures(target, list(sources), expected, lambda line: click.echo(line, err=True), kind)
+        if sign:
+            signed = signing.sign(f"{target.rpartition(':')[0]}@{digest}", sign, None, None, recursive=True)
+            click.echo(f"torchstack: signed {signed['reference']} and each image in it (cosign, no transparency log)", err=True)
+        click.echo(f"{target}@{digest}")
+
+    return manifest_command
+
+
+def inspect_command(catalog: Catalog) -> click.Command:
+    @click.command("inspect")
+    @click.argument("image")
+    @click.option("--json", "as_json", is_flag=True, help="Print it as JSON, for machines.")
+    @engine_option
+    def inspect_command(image: str, as_json: bool, engine: str) -> None:
+        """What IMAGE says about itself: its build manifest and SBOM summary, from the image alone."""
+
+        from torchstack import sbom
+
+        client, chosen = connect(choose(engine))
+        try:
+            found, info, text = sbom.read_image(client, image)
+        except docker.errors.ImageNotFound:
+            raise UsageProblem(f"{image}: no such image here ({chosen.kind} pull it first)") from None
+        except KeyError:
+            raise UsageProblem(f"{image}: not a torchstack image (no {sbom.BUILD_INFO_LABEL} label)") from None
+        report = {
+            "image": image,
+            "id": found.id,
+            "created": found.attrs["Created"],
+            "tags": found.tags,
+            "labels_agree": found.labels.get("org.opencontainers.image.version") == info.get("release_tag"),
+            "build_info": info,
+            "sbom": sbom.summary(text) if text else None,
+            "sbom_path": sbom.SBOM,
+        }
+        click.echo(json.dumps(report, indent=2) if as_json else format_inspection(report))
+
+    return inspect_command
+
+
+def test_command(catalog: Catalog) -> click.Command:
+    @click.command("test")
+    @click.argument("image")
+    @click.option("--backend", help="Backend to check for, for an image without torchstack labels.")
+    @click.option("--stage", help="Stage to check the image as (default: from its labels, else final).")
+    @click.option(
+        "-k", "select", metavar="EXPR", help="Run only the checks whose names match EXPR (pytest's -k); the pass is not recorded."
+    )
+    @click.option(
+        "--archive-keyring",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        metavar="FILE",
+        help="The key that signs the image's Debian mirrors, besides Debian's keys.",
+    )
+    @engine_option
+    def test_command(
+        image: str, backend: str | None, stage: str | None, select: str | None, archive_keyring: Path | None, engine: str
+    ) -> None:
+        """Check what is inside IMAGE: any image, ours or not. Then ask the -security suites its apt
+        sources name whether an installed package has a fix pending there."""
+        from torchstack import archive, checks
+
+        client, chosen = connect(choose(engine))
+        # A check run killed outright (SIGKILL) leaves its containers: the next run removes them.
+        for line in sharing.sweep(client, state_dir() / "contexts"):
+            click.echo(line, err=True)
+        result = checks.run_checks(client, chosen, catalog, image, backend=backend, stage=stage, select=select)
+        if not result.passed:
+            raise ToolkitError(f"{image}: {result.summary}")
+        click.echo(f"{image}: {result.summary} in {result.seconds:.0f} s")
+        try:
+            pending, suites = archive.pending_in(client, image, archive_keyring)
+        except archive.ArchiveUnreachable as exc:
+            click.echo(f"torchstack: {image}: security updates not checked: {exc}", err=True)
+            return
+        if pending:
+            raise ToolkitError(f"{image}: {archive.describe(pending, suites)}")
+        click.echo(f"{image}: no security update pending in {suites}")
+
+    return test_command
+
+
+def verify_command(catalog: Catalog) -> click.Command:
+    @click.command("verify")
+    @click.argument("image")
+    @click.option("--key", required=True, help="The signer's public key (cosign.pub) or a KMS reference.")
+    @click.option("--pull", is_flag=True, help="Then pull the verified digest (never the tag, which may move).")
+    @engine_option
+    def verify_command(image: str, key: str, pull: bool, engine: str) -> None:
+        """Check IMAGE in its registry before use: its signature (each image's, for a multi-architecture
+        list), its SBOM and provenance attestations, both about this very digest, and the provenance
+        against the image's build-info. Prints the digest to pull."""
+        from torchstack import registry, signing
+
+        registry.parse(image)
+        key = signing.check_key(key, "--key", private=False)
+        found = signing.verify(image, key)
+        for line in found.images:
+            click.echo(f"torchstack: verified {line}: signature, SBOM and provenance (this digest, its build-info)", err=True)
+        if pull:
+            client, chosen = connect(choose(engine))
+            client.images.pull(found.reference)
+            click.echo(f"torchstack: pulled {found.reference} ({chosen.kind})", err=True)
+        click.echo(found.reference)
+
+    return verify_command
+
+
+def policy_command(catalog: Catalog) -> click.Command:
+    @click.command("policy")
+    @click.option("--registry", required=True, metavar="HOST[:PORT]/NAMESPACE", help="Where the signed images are (--push's --registry).")
+    @click.option("--key", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path), help="The public key (cosign.pub).")
+    @click.option("--output", required=True, type=click.Path(file_okay=False, path_type=Path), help="Folder to write the files in.")
+    def policy_command(registry: str, key: Path, output: Path) -> None:
+        """Write what nodes need to run only images under REGISTRY signed by KEY: policy.json and
+        registries.d/torchstack.yaml (Podman, CRI-O, OpenShift: /etc/containers/), kyverno-policy.yaml."""
+        from torchstack import policy
+        from torchstack.publish import check_registry
+
+        writable_folder(output, "--output", output)
+        for path in policy.write(output, check_registry(registry), key):
+            click.echo(path)
+
+    return policy_command

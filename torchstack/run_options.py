@@ -1,0 +1,39 @@
+"""How one build runs, where its images go: the settings the command line reads once, typed, for the pipeline."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """The build's own options (`build_options` and `--engine`); what it builds is the Request."""
+
+    engine: str = "auto"
+    no_cache: bool = False
+    dry_run: bool = False
+    no_test: bool = False
+    recheck: bool = False
+    quiet: bool = False
+    json_file: Path | None = None
+    ca_bundle: Path | None = None
+    pip_index_url: str | None = None
+    buildx_builder: str | None = None
+    push: bool = False
+    push_stages: bool = False
+    sign: str | None = None  # a key file or KMS reference, checked before any work
+    registry: str | None = None
+    cache_from: str | None = None
+    ccache_dir: Path | None = None
+    source_mirror: str | None = None
+
+    @classmethod
+    def from_cli(cls, options: Mapping[str, object]) -> RunOptions:
+        """The fields among click's parsed options (the request's own are left to `request_from`)."""
+        return cls(**{field.name: options[field.name] for field in dataclasses.fields(cls) if options.get(field.name) is not None})
+
+    def engine_refusals(self, builder: str) -> dict[str, object]:
+        """What `connection.refuse_for` weighs: the builder the plan settled on and the BuildKit-only options."""
+        return {"builder": builder, "buildx_builder": self.buildx_builder, "ccache_dir": self.ccache_dir}
