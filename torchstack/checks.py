@@ -19,12 +19,12 @@ import docker
 from torchstack import sharing, sources
 from torchstack.connection import Engine
 from torchstack.errors import ToolkitError, UsageProblem
-from torchstack.model import ROOT, Catalog
+from torchstack.model import PACKAGE, ROOT, Catalog
 
 CHECKS = ROOT / "tests" / "image"
 # What decides a check's outcome besides the image: the checks, the toolkit they import, its data,
 # the test tools, and the CPU they run on (the CPU guard and the examples' kernels depend on it).
-CHECK_INPUTS = (CHECKS, ROOT / "torchstack", ROOT / "tests" / "conftest.py")
+CHECK_INPUTS = (CHECKS, PACKAGE, ROOT / "tests" / "conftest.py")
 # pytest's exit statuses for a command line it refuses and for one that selects nothing
 USAGE_ERROR, NO_TESTS_COLLECTED = 4, 5
 
@@ -46,7 +46,7 @@ def checks_fingerprint(stage: str, backend: str | None, engine_kind: str = "dock
         files = sorted(root.rglob("*")) if root.is_dir() else [root]
         for path in files:
             if path.is_file() and "__pycache__" not in path.parts:
-                digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+                digest.update(str(path.relative_to(root.parent)).encode() + b"\0" + path.read_bytes())
     for package in ("pytest", "pytest-testinfra", "docker"):
         digest.update(f"{package}={metadata.version(package)}\0".encode())
     with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:

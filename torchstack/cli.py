@@ -15,7 +15,7 @@ from click.core import ParameterSource
 from torchstack import __version__, image_commands, sharing
 from torchstack.connection import choose, connect
 from torchstack.errors import DataError, ToolkitError, UsageProblem
-from torchstack.model import Catalog, load_catalog
+from torchstack.model import COMMAND, Catalog, load_catalog
 from torchstack.options import archive_options, build_options, check_json_file, engine_option, plan_options, request_from, writable_folder
 from torchstack.plan import Request
 from torchstack.planner import make_plan
@@ -59,7 +59,7 @@ def _refuse_options_before(ctx: click.Context) -> None:
         raise UsageProblem(
             f"{', '.join(given)} given before the {command} command, which would ignore "
             f"{'them' if len(given) > 1 else 'it'}: put the command first "
-            f"(`./build.py {command} --help` lists its options)"
+            f"(`{COMMAND} {command} --help` lists its options)"
         )
 
 
@@ -153,7 +153,7 @@ def _render_command(catalog: Catalog) -> click.Command:
         writable_folder(output, "--output", output)
         for stage in plan.stages:
             missing = assemble_context(plan, stage, output / stage.name, cached_sources(plan))
-            note = f" (not included, fetch them with `./build.py fetch`: {', '.join(missing)})" if missing else ""
+            note = f" (not included, fetch them with `{COMMAND} fetch`: {', '.join(missing)})" if missing else ""
             click.echo(f"{output / stage.name / 'Dockerfile'}{note}")
 
     return render_command

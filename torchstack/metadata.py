@@ -9,7 +9,7 @@ import subprocess
 
 from torchstack import __version__, tags
 from torchstack.layout import VENV
-from torchstack.model import PATCHES, ROOT, SCRIPTS, TEMPLATES, Catalog
+from torchstack.model import CHECKOUT, PACKAGE, PATCHES, SCRIPTS, TEMPLATES, Catalog
 from torchstack.plan import RELEASE_STAGE, Plan, Request, StagePlan
 from torchstack.selection import RUNTIMES, Selection
 from torchstack.wheels import complex_dot_defect
@@ -111,7 +111,7 @@ def _component(c) -> dict:
 
 def applied_patches(component: str) -> list[dict]:
     """The patches scripts/prepare-source.sh applies to `component`, in order (patches/<name>/series)."""
-    folder = ROOT / "patches" / component
+    folder = PATCHES / component
     series = folder / "series"
     if not series.is_file():
         return []
@@ -126,9 +126,11 @@ def applied_patches(component: str) -> list[dict]:
 def toolkit_revision() -> dict:
     """The toolkit's version and, in a git checkout, its commit (`-dirty` with uncommitted changes)."""
     found = {"version": __version__, "revision": None}
+    if CHECKOUT is None:  # installed from a wheel: its version says it all
+        return found
     try:
         described = subprocess.run(
-            ["git", "-C", str(ROOT), "describe", "--always", "--dirty", "--abbrev=12", "--match=NONE"],
+            ["git", "-C", str(CHECKOUT), "describe", "--always", "--dirty", "--abbrev=12", "--match=NONE"],
             capture_output=True,
             text=True,
             timeout=10,
@@ -223,7 +225,7 @@ def stage_identity(plan: Plan, stage: StagePlan) -> str:
         ],
     }
     digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode())
-    files = [TEMPLATES / stage.template, TEMPLATES / "_common.j2", ROOT / "torchstack" / "layout.py"]
+    files = [TEMPLATES / stage.template, TEMPLATES / "_common.j2", PACKAGE / "layout.py"]
     files += [SCRIPTS / name for c in own if c.source for name in ("prepare-source.sh", c.script)]
     files += [p for c in own if c.source and (PATCHES / c.name).is_dir() for p in sorted((PATCHES / c.name).iterdir())]
     for path in files:

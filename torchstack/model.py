@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import importlib.resources
 import re
 from datetime import date
 from pathlib import Path
@@ -14,8 +15,15 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from torchstack.component import Component, Frozen, PinnedPackage
 from torchstack.errors import DataError
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA = Path(__file__).resolve().parent / "data"
+PACKAGE = Path(str(importlib.resources.files("torchstack")))
+# The toolkit's own files (stages/, templates/, scripts/, patches/, examples/, tests/image/): a
+# checkout's folders, or, installed from a wheel (pip, pipx), the copy the wheel carries as the
+# package's data under torchstack/files/ (pyproject.toml maps each folder there).
+_SHIPPED = PACKAGE / "files"
+ROOT = _SHIPPED if _SHIPPED.is_dir() else PACKAGE.parent
+CHECKOUT = None if _SHIPPED.is_dir() else PACKAGE.parent  # a clone's root, for its git revision
+DATA = PACKAGE / "data"
+COMMAND = "./build.py" if CHECKOUT else "torchstack"  # how the user runs the toolkit, as messages name it
 TEMPLATES = ROOT / "templates"  # the stages' Dockerfile templates
 SCRIPTS = ROOT / "scripts"  # the build scripts the stages copy in
 PATCHES = ROOT / "patches"  # patches/<component>/: the patches (and series) applied to its source

@@ -9,6 +9,7 @@ from pathlib import Path
 from torchstack import host
 from torchstack.engine import buildx_available
 from torchstack.errors import HostNotReady, UsageProblem
+from torchstack.model import COMMAND
 from torchstack.plan import RELEASE_STAGE, Plan
 
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
@@ -92,7 +93,7 @@ def require_cpu_for_checks(plan: Plan, checks: bool, cpuinfo: str | None = None)
     if checks and plan.build_type == RELEASE_STAGE:
         raise UsageProblem(
             f"{said}: the image would not start here, so its checks cannot run; build with --no-test "
-            "and check it where it runs (./build.py test IMAGE)"
+            f"and check it where it runs ({COMMAND} test IMAGE)"
         )
     return [f"torchstack: note: {said}; the build compiles for it without running it", *host_run_notes(plan)]
 
