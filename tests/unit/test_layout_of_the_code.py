@@ -1,5 +1,5 @@
-"""The README's table of modules is the package: every module listed once, each with one job,
-in an order where every module imports only modules below it (no cycles, nothing upward)."""
+"""The table of modules in docs/contributing/layout.md is the package: every module listed once, each
+with one job, in an order where every module imports only modules below it (no cycles, nothing upward)."""
 
 import ast
 import re
@@ -7,10 +7,11 @@ import re
 from torchstack.model import ROOT
 
 PACKAGE = ROOT / "torchstack"
+LAYOUT = ROOT / "docs" / "contributing" / "layout.md"
 
 
-def readme_order() -> list[str]:
-    return re.findall(r"^\| `(\w+)\.py` \|", (ROOT / "README.md").read_text(), re.MULTILINE)
+def layout_order() -> list[str]:
+    return re.findall(r"^\| `(\w+)\.py` \|", LAYOUT.read_text(), re.MULTILINE)
 
 
 def imports_of(module: str) -> set[str]:
@@ -24,14 +25,14 @@ def imports_of(module: str) -> set[str]:
     return found
 
 
-def test_the_readme_lists_every_module_once():
-    order = readme_order()
+def test_the_layout_lists_every_module_once():
+    order = layout_order()
     assert sorted(order) == sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
     assert len(order) == len(set(order))
 
 
-def test_every_module_imports_only_modules_below_it_in_the_readme():
-    order = readme_order()
+def test_every_module_imports_only_modules_below_it_in_the_layout():
+    order = layout_order()
     upward = {m: sorted(d for d in imports_of(m) if order.index(d) <= order.index(m)) for m in order}
     assert not {m: d for m, d in upward.items() if d}, upward
 
