@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.engine.conftest import x86_wheelhouse
+from tests.engine.images import x86_wheelhouse
 from torchstack.model import ROOT
 
 pytestmark = pytest.mark.engine

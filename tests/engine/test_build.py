@@ -11,16 +11,9 @@ import time
 
 import pytest
 
-from tests.engine.conftest import (
-    CA_BUNDLE,
-    README_ARGS,
-    X86_ARGS,
-    X86_DISTRIBUTION,
-    files_holding,
-    leftovers_of,
-    run_build_py,
-    x86_wheelhouse,
-)
+from tests import session
+from tests.engine.conftest import files_holding, leftovers_of
+from tests.engine.images import CA_BUNDLE, README_ARGS, X86_ARGS, X86_DISTRIBUTION, run_build_py, x86_wheelhouse
 from torchstack import sharing
 from torchstack.model import ROOT
 from torchstack.tags import tag_version
@@ -45,9 +38,7 @@ def test_the_first_command_finds_torch_in_a_wheelhouse_and_says_where_else_to_lo
     PIP_FIND_LINKS naming one, the same build as the session's, offline."""
     offline = {"PIP_CONFIG_FILE": "/dev/null", "HTTPS_PROXY": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9"}
     no_wheelhouse = {**{k: v for k, v in os.environ.items() if k != "PIP_FIND_LINKS"}, **offline}
-    refused = subprocess.run(
-        [sys.executable, "build.py", *README_ARGS, "--no-test"], cwd=ROOT, capture_output=True, text=True, timeout=600, env=no_wheelhouse
-    )
+    refused = session.run([sys.executable, "build.py", *README_ARGS, "--no-test"], cwd=ROOT, timeout=600, env=no_wheelhouse)
     assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr[-2000:]
     assert "https://download.pytorch.org/whl/cpu" in refused.stderr and "PIP_FIND_LINKS=DIR" in refused.stderr, refused.stderr
     summary = tmp_path / "wheelhouse.json"
@@ -138,7 +129,7 @@ def test_a_cancelled_build_leaves_no_tag_no_container_no_context_and_the_next_ru
         "--builder",
         builder,
     ]
-    build = subprocess.Popen(args, cwd=repo_copy, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    build = session.popen(args, cwd=repo_copy, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     for line in build.stderr:
         if "RUN sleep 600" in line:
             break

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from tests.engine.conftest import BUILDKIT_TAG, run_build_py
+from tests.engine.images import BUILDKIT_TAG, run_build_py
 
-# `buildkit`: after the BuildKit chain of the session (conftest.BUILDKIT_FIRST and _PATCHED).
+# `buildkit`: builds with BuildKit on the session's engine (images.py: buildkit_first, buildkit_patched).
 pytestmark = [pytest.mark.engine, pytest.mark.buildkit]
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine.conftest import CA_BUNDLE, numpy_wheel, run_build_py
+from tests.engine.conftest import numpy_wheel
+from tests.engine.images import CA_BUNDLE, run_build_py
 
 pytestmark = pytest.mark.engine
 

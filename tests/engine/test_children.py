@@ -8,7 +8,8 @@ import shutil
 
 import pytest
 
-from tests.engine.conftest import X86_ARGS, pypi_wheel, run_build_py, x86_wheelhouse
+from tests.engine.conftest import pypi_wheel
+from tests.engine.images import X86_ARGS, run_build_py, x86_wheelhouse
 from torchstack import layout, sharing
 
 pytestmark = pytest.mark.engine

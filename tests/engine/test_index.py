@@ -9,7 +9,8 @@ import threading
 
 import pytest
 
-from tests.engine.conftest import CA_BUNDLE, X86_DISTRIBUTION, bridge_address, files_holding, numpy_wheel, run_build_py
+from tests.engine.conftest import bridge_address, files_holding, numpy_wheel
+from tests.engine.images import CA_BUNDLE, X86_DISTRIBUTION, run_build_py
 
 pytestmark = pytest.mark.engine
 

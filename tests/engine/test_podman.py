@@ -14,7 +14,9 @@ import uuid
 import docker
 import pytest
 
-from tests.engine.conftest import PODMAN, PODMAN_BUILD, listed_architectures, run_build_py
+from tests.engine.conftest import listed_architectures
+from tests.engine.hosts import PODMAN
+from tests.engine.images import IMAGES, run_build_py
 
 pytestmark = pytest.mark.engine
 
@@ -25,7 +27,7 @@ SLOW = ("every_example", "torch_compile", "ca_bundles", "threads", "restricted_p
 
 @pytest.fixture(scope="session")
 def podman() -> dict:
-    """The empty Podman engine of the session (conftest.PODMAN), with the session's registry."""
+    """The empty Podman engine of the session (hosts.PODMAN), with the session's registry."""
     return PODMAN.get()
 
 
@@ -51,9 +53,9 @@ def rootless_podman(user: str, *args: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="session")
 def podman_build(podman, pushed) -> dict:
     """The README's build with `--engine podman`, starting from the stages the Docker chain pushed,
-    checked through Podman and pushed (conftest.PODMAN_BUILD: in the background once `pushed`
+    checked through Podman and pushed (images.py: in the background once `pushed`
     ended); its JSON summary, with the build's output as `output`."""
-    return PODMAN_BUILD.result()
+    return IMAGES.result("podman_build")
 
 
 def test_podman_builds_the_readme_image_checks_it_and_pushes_it(client, x86_build, podman, podman_build, registry):

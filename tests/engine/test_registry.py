@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine.conftest import X86_ARGS, free_port, listed_architectures, run_build_py, running_registry, untag, x86_wheelhouse
+from tests.engine.conftest import listed_architectures, untag
+from tests.engine.hosts import free_port, running_registry
+from tests.engine.images import X86_ARGS, run_build_py, x86_wheelhouse
 
 pytestmark = pytest.mark.engine
 

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from tests.engine.conftest import APP_RELEASE, APP_REQUIREMENTS, WITH_REQUIREMENTS, X86_ARGS, run_build_py, untag, x86_wheelhouse
+from tests.engine.conftest import untag
+from tests.engine.images import APP_RELEASE, APP_REQUIREMENTS, IMAGES, X86_ARGS, run_build_py, x86_wheelhouse
 
 pytestmark = pytest.mark.engine
 
@@ -49,9 +50,9 @@ def test_a_requirement_on_another_torch_is_refused_in_one_line_before_any_build(
 @pytest.fixture(scope="session")
 def requirements_build(client, x86_build):
     """The README's request in another release (APP_RELEASE) with a team's requirements
-    (APP_REQUIREMENTS), built without checks (conftest.WITH_REQUIREMENTS: in the background once
-    the zendnn chain ended); its JSON summary, with its output as `output`. Untagged afterwards."""
-    yield WITH_REQUIREMENTS.result()
+    (APP_REQUIREMENTS), built without checks (images.py: in the background once
+    the x86_64 chain ended); its JSON summary, with its output as `output`. Untagged afterwards."""
+    yield IMAGES.result("requirements_build")
     untag(client, f":{APP_RELEASE}-")
 
 

@@ -9,7 +9,9 @@ import json
 import docker
 import pytest
 
-from tests.engine.conftest import BUILDKIT_TOOLS, ENGINE_B, SECOND_ENGINE, X86_ARGS, run_build_py, untag, x86_wheelhouse
+from tests.engine.conftest import untag
+from tests.engine.hosts import SECOND_ENGINE
+from tests.engine.images import BUILDKIT_TOOLS, IMAGES, X86_ARGS, run_build_py, x86_wheelhouse
 
 pytestmark = pytest.mark.engine
 
@@ -42,7 +44,7 @@ def test_zendnn_after_onednn_compiles_nothing_below_final(x86_build, zendnn_buil
 
 @pytest.fixture(scope="session")
 def engine_b() -> str:
-    """The second engine's DOCKER_HOST (conftest.SECOND_ENGINE: started, empty, for the build below
+    """The second engine's DOCKER_HOST (hosts.SECOND_ENGINE: started, empty, for the build below
     or when a test first asks; stopped when the session ends)."""
     return SECOND_ENGINE.get()
 
@@ -50,9 +52,9 @@ def engine_b() -> str:
 @pytest.fixture(scope="session")
 def built_on_b(pushed, engine_b) -> dict:
     """The README's request on the empty second engine, with the registry engine A pushed its
-    stages to as --cache-from (conftest.ENGINE_B: in the background from the moment they were
+    stages to as --cache-from (images.py: in the background from the moment they were
     there); its JSON summary."""
-    built = ENGINE_B.result()
+    built = IMAGES.result("built_on_b")
     assert "--cache-from: pulled" in built["output"], built["output"][-3000:]
     return built
 
@@ -120,7 +122,7 @@ def test_a_change_to_the_final_stage_on_the_other_engine_rebuilds_final_only(bui
 
 
 # BuildKit's half of the proof, on the tools stage (numpy compiled with the compiler cache): the
-# session's BuildKit chain (conftest.BUILDKIT_FIRST) built this very request under a tag of its
+# session's BuildKit chain (images.py: buildkit_first) built this very request under a tag of its
 # own, so engine A takes it from its cache. With the `docker` driver, BuildKit exports inline
 # cache only: the layers of each image it builds, which the push then carries.
 @pytest.fixture(scope="module")
@@ -129,7 +131,7 @@ def buildkit_pushed(client, registry, buildkit_first):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     yield
     untag(client, f"{registry}/bk/")
-    untag(client, ":buildkit-tools")
+    untag(client, f":{BUILDKIT_TOOLS[-1]}")
 
 
 @pytest.mark.buildkit

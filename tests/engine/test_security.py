@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from tests.engine.conftest import X86_ARGS, run_build_py, x86_wheelhouse
+from tests.engine.images import X86_ARGS, run_build_py, x86_wheelhouse
 from tests.local_archive import LocalArchive, debian_suites, published_deb, rebuilt
 from torchstack import archive
 

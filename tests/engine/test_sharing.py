@@ -11,7 +11,9 @@ import time
 
 import pytest
 
-from tests.engine.conftest import X86_ARGS, leftovers_of, run_build_py, untag, x86_wheelhouse
+from tests import session
+from tests.engine.conftest import leftovers_of, untag
+from tests.engine.images import X86_ARGS, run_build_py, x86_wheelhouse
 from torchstack import sharing
 from torchstack.model import ROOT
 
@@ -19,9 +21,8 @@ pytestmark = pytest.mark.engine
 
 
 def _start(*args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, str(ROOT / "build.py"), *args], cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
+    command = [sys.executable, str(ROOT / "build.py"), *args]
+    return session.popen(command, cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def _wait_for_a_container(client, run: subprocess.Popen, owner: str) -> None:

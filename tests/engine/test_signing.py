@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine.conftest import X86_ARGS, run_build_py, x86_wheelhouse
+from tests.engine.images import X86_ARGS, run_build_py, x86_wheelhouse
 
 pytestmark = pytest.mark.engine
 

@@ -1,0 +1,267 @@
+"""The session's own servers and engines besides the host's: a loopback registry, cosign keys, an
+empty second Docker engine and an empty Podman engine. Each is made once, by whoever asks first,
+and undone when the session ends."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+
+from tests import session
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running_registry(folder: Path, auth: bool) -> Iterator[str]:
+    """The address of a registry on 127.0.0.1 (an address the engine may use over plain HTTP), storing in
+    `folder`. With `auth`, it needs a login that no user has (an empty htpasswd file)."""
+    binary = shutil.which("docker-registry")
+    if not binary:
+        pytest.fail("docker-registry is missing: run scripts/setup-host.sh")
+    port = free_port()
+    config = {
+        "version": 0.1,
+        "log": {"level": "error"},
+        "storage": {"filesystem": {"rootdirectory": str(folder / "data")}},
+        "http": {"addr": f"127.0.0.1:{port}"},
+    }
+    if auth:
+        (folder / "htpasswd").write_text("")
+        config["auth"] = {"htpasswd": {"realm": "torchstack-test", "path": str(folder / "htpasswd")}}
+    (folder / "config.yml").write_text(json.dumps(config))  # JSON is YAML
+    server = subprocess.Popen(
+        [binary, "serve", str(folder / "config.yml")], stdout=subprocess.DEVNULL, stderr=open(folder / "registry.log", "w")
+    )
+    address = f"127.0.0.1:{port}"
+    session.mark(address)  # names under it are the session's
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(f"http://{address}/v2/", timeout=1)
+            break
+        except urllib.error.HTTPError:
+            break  # 401: up, and asking for a login
+        except OSError:
+            time.sleep(0.1)
+    else:
+        server.kill()
+        pytest.fail(f"docker-registry did not start: {(folder / 'registry.log').read_text()[-2000:]}")
+    try:
+        yield address
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+class Resource:
+    """A session resource made once, by whichever asks first (a test's fixture, or the thread that
+    starts background work), kept with what undoes it until the session ends."""
+
+    def __init__(self, make):
+        self.make = make  # (ExitStack) -> value: what undoes it goes on the stack
+        self.stack = contextlib.ExitStack()
+        self.value = None
+        self.closed = False
+        self.lock = threading.Lock()
+
+    def get(self):
+        with self.lock:
+            # Never after the session's end closed it: a background thread that asks late (the
+            # session cut short by Ctrl-C or -x) would start what nothing undoes.
+            if self.closed:
+                raise RuntimeError("the session is ending: its resources are closed")
+            if self.value is None:
+                self.value = self.make(self.stack)
+            return self.value
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+            self.stack.close()
+
+
+def _temporary_folder(stack: contextlib.ExitStack, name: str) -> Path:
+    return Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"torchstack-{name}-")))
+
+
+def _registry(stack: contextlib.ExitStack) -> str:
+    return stack.enter_context(running_registry(_temporary_folder(stack, "registry"), auth=False))
+
+
+def _cosign_keys(stack: contextlib.ExitStack) -> dict:
+    if not shutil.which("cosign"):
+        pytest.fail("cosign is missing: run scripts/setup-host.sh")
+    folder = _temporary_folder(stack, "cosign")
+    env = {"COSIGN_PASSWORD": uuid.uuid4().hex}
+    keys = {}
+    for name in ("ours", "other"):
+        made = subprocess.run(
+            ["cosign", "generate-key-pair", "--output-key-prefix", str(folder / name)],
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert made.returncode == 0, made.stderr
+        keys[name] = (folder / f"{name}.key", folder / f"{name}.pub")
+    return {**keys, "env": env}
+
+
+REGISTRY = Resource(_registry)
+
+
+COSIGN_KEYS = Resource(_cosign_keys)
+
+
+def wait_for_engine(process: subprocess.Popen, url: str, log: Path, name: str) -> None:
+    """Until the engine `process` started answers on `url` (a minute at most); else fail with its log."""
+    for _ in range(120):
+        if process.poll() is not None:
+            pytest.fail(f"{name} stopped at once:\n{log.read_text()[-3000:]}")
+        with contextlib.suppress(docker.errors.DockerException):
+            docker.DockerClient(base_url=url).ping()
+            return
+        time.sleep(0.5)
+    pytest.fail(f"{name} did not answer:\n{log.read_text()[-3000:]}")
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@contextlib.contextmanager
+def second_engine() -> Iterator[str]:
+    """Another Docker engine on this machine, empty, as a new CI runner's: its own data root, exec
+    root (and so its own containerd), pid file and socket, and a bridge of its own with no iptables
+    rules (builds use the host's network, checks run with none). Not `--bridge=none`: an engine
+    started so deletes the host's docker0, the first engine's bridge. Yields its DOCKER_HOST;
+    stopped, its bridge and its data removed afterwards. The folder is short: containerd's sockets
+    live under the exec root."""
+    dockerd, ip = shutil.which("dockerd"), shutil.which("ip")
+    if not dockerd or not ip:
+        pytest.fail(f"{'dockerd' if not dockerd else 'ip (iproute2)'} is missing: run scripts/setup-host.sh")
+    folder = Path(tempfile.mkdtemp(prefix="tsb-"))
+    socket_path = folder / "docker.sock"
+    bridge = f"tsb{os.getpid() % 100000}"
+    for step in (["link", "add", bridge, "type", "bridge"], ["addr", "add", "10.213.77.1/24", "dev", bridge]):
+        subprocess.run([ip, *step], check=True, capture_output=True)
+    command = [
+        dockerd,
+        f"--data-root={folder / 'data'}",
+        f"--exec-root={folder / 'exec'}",
+        f"--pidfile={folder / 'pid'}",
+        f"--host=unix://{socket_path}",
+        f"--bridge={bridge}",
+        "--iptables=false",
+        "--ip-masq=false",
+        "--cgroup-parent=/torchstack-second-engine",
+    ]
+    log = open(folder / "dockerd.log", "w")
+    daemon = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    host = f"unix://{socket_path}"
+    try:
+        wait_for_engine(daemon, host, folder / "dockerd.log", "the second engine")
+        yield host
+    finally:
+        stop(daemon)
+        log.close()
+        subprocess.run([ip, "link", "delete", bridge], capture_output=True)
+        # What the engine left mounted in its folder (its default network namespace under exec/netns,
+        # overlay mounts under data), deepest first: a mounted folder cannot be removed.
+        mounted = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+        for point in sorted((m for m in mounted if m.startswith(f"{folder}/")), reverse=True):
+            subprocess.run(["umount", "-l", point], capture_output=True)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def podman_engine(registry: str) -> Iterator[dict]:
+    """An empty Podman engine, as a new Podman-only host's: its API service on a socket of its own,
+    its storage in a folder of its own (the host's own Podman images stay untouched), the loopback
+    registry reachable over plain HTTP (a registries.conf of its own). The host's containers.conf,
+    as scripts/setup-host.sh wrote it, applies. Yields the environment that points `build.py
+    --engine podman` at it: the SDK through CONTAINER_HOST, and the podman CLI (testinfra's, the
+    test's) as a client of the same socket; stopped and its storage removed afterwards."""
+    podman = shutil.which("podman")
+    if not podman:
+        pytest.fail("podman is missing: run scripts/setup-host.sh")
+    folder = Path(tempfile.mkdtemp(prefix="tsp-"))  # in the session's root: on disk, not a tmpfs
+    (folder / "storage.conf").write_text(f'[storage]\ndriver = "overlay"\ngraphroot = "{folder}/root"\nrunroot = "{folder}/run"\n')
+    (folder / "registries.conf").write_text(f'[[registry]]\nlocation = "{registry}"\ninsecure = true\n')
+    env = {
+        "CONTAINERS_STORAGE_CONF": str(folder / "storage.conf"),
+        "CONTAINERS_REGISTRIES_CONF": str(folder / "registries.conf"),
+        "CONTAINER_HOST": f"unix://{folder}/podman.sock",
+    }
+    log = open(folder / "podman.log", "w")
+    # Not given CONTAINER_HOST itself: with it, podman is a client of that socket (its --remote).
+    own = {k: v for k, v in os.environ.items() if k not in ("CONTAINER_HOST", "DOCKER_HOST")}
+    # Its TMPDIR is the folder's: Podman 4.3's API leaves a digest.txt file there for every push.
+    (folder / "tmp").mkdir()
+    service = subprocess.Popen(
+        [podman, "system", "service", "--time=0", env["CONTAINER_HOST"]],
+        env={**own, **{k: v for k, v in env.items() if k != "CONTAINER_HOST"}, "TMPDIR": str(folder / "tmp")},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_for_engine(service, env["CONTAINER_HOST"], folder / "podman.log", "Podman's service")
+        yield env
+    finally:
+        # Its containers first (a test cut short leaves some running): their conmon and processes
+        # would outlive the service and hold the storage's mounts.
+        with contextlib.suppress(docker.errors.DockerException):
+            for container in docker.DockerClient(base_url=env["CONTAINER_HOST"]).containers.list(all=True):
+                with contextlib.suppress(docker.errors.DockerException):
+                    container.remove(force=True)
+        stop(service)
+        log.close()
+        # conmon starts a `podman container cleanup` for each container that ends, which may come
+        # after the service: it opens the storage again. An exec session's conmon (the checks run
+        # theirs in exec sessions) first sleeps out Podman's exit_command_delay, 300 s by default:
+        # those are ended at once (measured 2026-11-26: they held the session's end 30 s).
+        subprocess.run(["pkill", "-KILL", "-f", "--", f"--exec-process-spec {folder}/"], capture_output=True)
+        for _ in range(60):
+            if subprocess.run(["pgrep", "-f", str(folder)], capture_output=True).returncode != 0:
+                break
+            time.sleep(0.5)
+        else:
+            subprocess.run(["pkill", "-KILL", "-f", str(folder)], capture_output=True)
+        # Podman's storage bind-mounts its overlay folder and leaves it mounted when the service stops.
+        mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+        for mount in sorted((m for m in mounts if m.startswith(f"{folder}/")), reverse=True):
+            subprocess.run(["umount", "--lazy", mount], capture_output=True)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# An empty second engine, as a new CI runner's (second_engine), made by whoever asks first: the
+# background build below, or test_reuse.
+SECOND_ENGINE = Resource(lambda stack: stack.enter_context(second_engine()))
+
+
+# An empty Podman engine (podman_engine), with the session's registry; made by whoever asks first.
+PODMAN = Resource(lambda stack: stack.enter_context(podman_engine(REGISTRY.get())))

@@ -1,0 +1,420 @@
+"""The images the engine tests need, as data: one table of builds, each with what it builds on, and
+a small scheduler that builds each once, in the background, as soon as what it builds on is built,
+at most as many at once as the host has cores.
+
+A test asks for an image by its fixture's name (`IMAGES.result("x86_build")`) and waits for it; a
+build whose own input failed is reported to the test that asks, with why. The table's order is the
+order builds start in when several are ready, and the order of the tests that read them
+(conftest.pytest_collection_modifyitems): the tests of an image run after those of the images above it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import docker
+import pytest
+
+from tests import session
+from tests.conftest import build_plugin_wheels
+from tests.engine.hosts import COSIGN_KEYS, PODMAN, REGISTRY, SECOND_ENGINE
+from torchstack.model import ROOT
+from torchstack.sources import cache_dir
+
+CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+def _named_wheelhouse() -> str | None:
+    """The folder the environment names that holds a CPU-only x86_64 torch wheel, if it does."""
+    folder = os.environ.get("TORCHSTACK_TEST_WHEELHOUSE") or os.environ.get("PIP_FIND_LINKS")
+    return folder if folder and list(Path(folder).glob("torch-*x86_64.whl")) else None
+
+
+def x86_wheelhouse() -> str:
+    """The folder holding a CPU-only x86_64 torch wheel (PyPI's x86_64 wheels are CUDA builds)."""
+    return _named_wheelhouse() or pytest.fail("no CPU x86_64 torch wheel: set TORCHSTACK_TEST_WHEELHOUSE to a folder holding one")
+
+
+# The x86_64 chain the README's first command builds: torch's CPU wheel (a local wheelhouse pip is
+# configured with, else PyTorch's CPU index), OpenBLAS from Debian, numpy compiled from its source
+# distribution against that OpenBLAS.
+README_ARGS = ["--torch-from", "wheel", "--openblas-from", "distro"]
+
+
+X86_ARGS = [*README_ARGS, "--ca-bundle", str(CA_BUNDLE)]
+
+
+# The x86_64 chain's Debian release: the tests' x86_64 torch wheel is a cp311 one, so the README's
+# command takes bookworm. Builds that compile torch's way (no wheel names a Python) would take trixie,
+# the default: the tests that build only early stages name this one, to share the chain's OS image.
+X86_DISTRIBUTION = ["--distribution", "bookworm"]
+
+
+# BuildKit's tools chain (numpy compiled with the compiler cache mount): the session's BuildKit
+# chain builds it first (BUILDKIT_FIRST, under a tag of its own), the reuse test pushes it for an
+# empty engine, and so takes it from the engine's cache.
+BUILDKIT_TOOLS = [
+    "--build-type",
+    "tools",
+    *X86_DISTRIBUTION,
+    "--openblas-from",
+    "distro",
+    "--builder",
+    "buildx",
+    "--ca-bundle",
+    str(CA_BUNDLE),
+    "--tag",
+    f"buildkit-tools-{session.ID}",
+]
+
+
+# The arm64 image the emulated tests build: PyPI's aarch64 torch wheels are CPU builds carrying
+# oneDNN with ACL up to torch 2.8; from 2.9 on they are CUDA builds, which the toolkit refuses for
+# a CPU image. The 2.8.0 wheel reports itself as 2.8.0+cpu: the labels carry that, the tag 2.8.0.
+# With torchvision 0.23.0, PyPI's aarch64 wheel paired with it (a CPU build, like that torch).
+ARM64_ARGS = [
+    "--backend",
+    "onednn-acl",
+    "--torch-from",
+    "wheel",
+    "--torch-wheel",
+    "https://pypi.org/simple/",
+    "--torch-version",
+    "2.8.0",
+    "--openblas-from",
+    "distro",
+    "--numpy-from",
+    "wheel",
+    "--with",
+    "torchvision",
+    "--ca-bundle",
+    str(CA_BUNDLE),
+]
+
+
+def run_build_py(*args: str, cwd: Path = ROOT, timeout: int = 3000, env: dict | None = None) -> subprocess.CompletedProcess:
+    """build.py run to its end in the foreground, as a process of the session (tests/session.py)."""
+    return session.run([sys.executable, str(cwd / "build.py"), *args], cwd=cwd, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def copy_of_checkout(folder: Path) -> Path:
+    """A copy of the checkout's files in `folder`, to change without touching the real one."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True).stdout
+    copy = folder / "torchstack"
+    for name in files.split():
+        if (ROOT / name).is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, copy / name)
+    return copy
+
+
+class Build:
+    """A build.py run an image test needs: started by the scheduler, in a folder of its own (removed
+    when the session ends) that holds its output and JSON summary. `after`: the images (fixture
+    names) it builds on. `prepare(build, folder)` makes what the run needs and returns the arguments
+    naming it; it may set `env` (the run's environment) and `root` (the checkout it runs from: a
+    changed copy). `summary=False` for a command that writes none (`bootstrap`); `recheck=False`
+    leaves out the image checks on an image ID that passed them."""
+
+    def __init__(self, args: list[str], after: tuple[str, ...] = (), prepare=None, summary: bool = True, recheck: bool = True):
+        self.args, self.after, self.prepare, self.summary, self.recheck = args, after, prepare, summary, recheck
+        self.name = ""  # its fixture's name, set by the table
+        self.env: dict[str, str] = {}
+        self.root = ROOT
+        self.process: subprocess.Popen | None = None
+        self.folder: Path | None = None
+        self.problem: str | None = None  # why it could not start
+
+    def start(self) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix=f"torchstack-{self.name}-"))
+        extra = self.prepare(self, self.folder) if self.prepare else []
+        reported = [*(["--json", str(self.folder / "summary.json")] if self.summary else []), *(["--recheck"] if self.recheck else [])]
+        command = [sys.executable, str(self.root / "build.py"), *self.args, *extra, *reported]
+        with open(self.folder / "output.log", "w") as output:
+            self.process = session.popen(command, cwd=self.root, stdout=output, stderr=subprocess.STDOUT, env={**os.environ, **self.env})
+
+    def done(self) -> bool:
+        return self.problem is not None or (self.process is not None and self.process.poll() is not None)
+
+    def ok(self) -> bool:
+        return self.problem is None and self.process is not None and self.process.poll() == 0
+
+    def output(self) -> str:
+        return (self.folder / "output.log").read_text(errors="replace") if self.folder else ""
+
+    def result(self) -> dict:
+        """Its summary, with its output as `output` (it has ended)."""
+        assert self.problem is None, f"the {self.name} build could not start: {self.problem}"
+        output = self.output()
+        assert self.process.returncode == 0, f"the {self.name} build failed:\n{output[-6000:]}"
+        summary = json.loads((self.folder / "summary.json").read_text()) if self.summary else {}
+        return {**summary, "output": output}
+
+    def stop(self) -> None:
+        """Cancelled as CI cancels a job if still running (SIGTERM: it removes what it started)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class Call(Build):
+    """Work of the session that is no build.py run (an image made with the SDK): `work()` in a
+    thread, its value the result; `undo(value)` when the session ends."""
+
+    def __init__(self, work: Callable[[], object], undo: Callable[[object], None], after: tuple[str, ...] = ()):
+        super().__init__([], after)
+        self.work, self.undo = work, undo
+        self.thread: threading.Thread | None = None
+        self.value = None
+
+    def start(self) -> None:
+        def run() -> None:
+            try:
+                self.value = self.work()
+            except BaseException as exc:  # reported to the test that asks
+                self.problem = f"{type(exc).__name__}: {exc}"
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def done(self) -> bool:
+        return self.problem is not None or (self.thread is not None and not self.thread.is_alive())
+
+    def ok(self) -> bool:
+        return self.done() and self.problem is None
+
+    def result(self):
+        assert self.problem is None, f"{self.name} failed: {self.problem}"
+        return self.value
+
+    def stop(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+            if self.value is not None:
+                self.undo(self.value)
+
+
+class Scheduler:
+    """Each wanted build once, started in the table's order as soon as what it builds on was built
+    and fewer than `slots` builds run."""
+
+    def __init__(self, table: dict[str, Build], slots: int):
+        self.table, self.slots = table, slots
+        for name, build in table.items():
+            build.name = name
+        self.wanted: set[str] = set()
+        self.stopped = False
+        self.changed = threading.Condition()
+        self.thread: threading.Thread | None = None
+
+    def want(self, names) -> None:
+        """These builds and what they build on, started when they can be."""
+        with self.changed:
+            todo = [n for n in names if n in self.table]
+            while todo:
+                name = todo.pop()
+                if name not in self.wanted:
+                    self.wanted.add(name)
+                    todo.extend(self.table[name].after)
+            if self.thread is None and self.wanted:
+                self.thread = threading.Thread(target=self._run, daemon=True)
+                self.thread.start()
+            self.changed.notify_all()
+
+    def _blocked_by(self, build: Build) -> str | None:
+        """The first of what `build` builds on that failed, if one did."""
+        return next((n for n in build.after if self.table[n].done() and not self.table[n].ok()), None)
+
+    def _run(self) -> None:
+        with self.changed:
+            while not self.stopped:
+                running = sum(1 for b in self.table.values() if (b.process or getattr(b, "thread", None)) and not b.done())
+                for name, build in self.table.items():
+                    if name not in self.wanted or build.done() or build.process or getattr(build, "thread", None):
+                        continue
+                    if failed := self._blocked_by(build):
+                        build.problem = f"{failed}, which it builds on, failed"
+                    elif running < self.slots and all(self.table[n].ok() for n in build.after):
+                        try:
+                            build.start()
+                        except BaseException as exc:  # its inputs could not be made: reported to the test that asks
+                            build.problem = f"{type(exc).__name__}: {exc}"
+                        running += 1
+                self.changed.wait(timeout=1)
+
+    def result(self, name: str):
+        """The build's result once it ended (wanted now if it was not); the test fails if it failed."""
+        self.want([name])
+        build = self.table[name]
+        with self.changed:
+            while not build.done():
+                self.changed.wait(timeout=1)
+        if build.problem is not None:
+            pytest.fail(f"{name} was not built: {build.problem}")
+        return build.result()
+
+    def stop(self) -> None:
+        """Every build still running cancelled, every folder removed (the session is ending)."""
+        with self.changed:
+            self.stopped = True
+            self.changed.notify_all()
+        for build in self.table.values():
+            build.stop()
+
+
+# What the builds below take as inputs.
+ZENDNN_PLUGINS = ("compile_backend", "device")  # the test plugins that fit zendnn with zentorch
+ZENDNN_WHEELS: dict[str, Path] = {}  # folder name -> the wheel the zendnn chain installed
+BUILDKIT_TAG = f"test-buildkit-{session.ID}"  # BuildKit's tools chain, under a tag of the session's
+PATCHED_FILE = "numpy/_core/src/multiarray/alloc.c"
+SKOPEO_IMAGE = f"torchstack-test-skopeo:trixie-{session.ID}"
+# A team's requirements in another release of the README image (test_requirements).
+APP_REQUIREMENTS = "transformers==5.24.0\n"
+APP_RELEASE = "r99.12"
+
+
+def _x86_inputs(build: Build, folder: Path) -> list[str]:
+    build.env = {"PIP_FIND_LINKS": x86_wheelhouse()}
+    return []
+
+
+def _zendnn_inputs(build: Build, folder: Path) -> list[str]:
+    """The local torch wheel and the test plugins (built into `folder`) the zendnn chain installs."""
+    wheels = build_plugin_wheels(folder / "plugins", ZENDNN_PLUGINS)
+    ZENDNN_WHEELS.update(wheels)
+    return ["--torch-wheel", x86_wheelhouse(), *(arg for name in ZENDNN_PLUGINS for arg in ("--plugin-wheel", str(wheels[name])))]
+
+
+def _buildkit_first_inputs(build: Build, folder: Path) -> list[str]:
+    return ["--ccache-dir", str(folder / "ccache")]
+
+
+def _buildkit_patched_inputs(build: Build, folder: Path) -> list[str]:
+    """A copy of the checkout with patches/numpy holding a one-line patch to PATCHED_FILE. Its
+    comment is unique to the session: BuildKit keeps the patched step's layer from any earlier
+    run with the same patch, and then the step (and ccache) would not run at all. ccache still
+    hits on this file, because the preprocessor drops comments."""
+    copy = copy_of_checkout(folder)
+    with tarfile.open(cache_dir() / "numpy-2.3.5.tar.gz") as sdist:
+        original = sdist.extractfile(f"numpy-2.3.5/{PATCHED_FILE}").read().decode().splitlines(keepends=True)
+    changed = original + [f"/* torchstack test {BUILDKIT_TAG}: a one-line patch */\n"]
+    patch = "Why: proves the compiler cache. Upstream: none.\n" + "".join(
+        difflib.unified_diff(original, changed, f"a/{PATCHED_FILE}", f"b/{PATCHED_FILE}")
+    )
+    patches = copy / "patches" / "numpy"
+    patches.mkdir(parents=True, exist_ok=True)
+    (patches / "0001-touch-alloc.patch").write_text(patch)
+    (patches / "series").write_text("0001-touch-alloc.patch\n")
+    build.root = copy
+    return []
+
+
+def _signed_push(build: Build, registry_path: str) -> list[str]:
+    keys = COSIGN_KEYS.get()
+    build.env = keys["env"]
+    return ["--push", "--registry", f"{REGISTRY.get()}/{registry_path}", "--sign", str(keys["ours"][0])]
+
+
+def _push_inputs(build: Build, folder: Path) -> list[str]:
+    return ["--torch-wheel", x86_wheelhouse(), "--push-stages", *_signed_push(build, "ml")]
+
+
+def _engine_b_inputs(build: Build, folder: Path) -> list[str]:
+    build.env = {"DOCKER_HOST": SECOND_ENGINE.get()}
+    return ["--torch-wheel", x86_wheelhouse(), "--cache-from", f"{REGISTRY.get()}/ml"]
+
+
+def _podman_inputs(build: Build, folder: Path) -> list[str]:
+    build.env = PODMAN.get()
+    registry = REGISTRY.get()
+    return ["--torch-wheel", x86_wheelhouse(), "--cache-from", f"{registry}/ml", "--push", "--registry", f"{registry}/podman"]
+
+
+def _requirements_inputs(build: Build, folder: Path) -> list[str]:
+    wanted = folder / "requirements.txt"
+    wanted.write_text(APP_REQUIREMENTS)
+    return ["--torch-wheel", x86_wheelhouse(), "--release", APP_RELEASE, "--requirements", str(wanted), "--no-test"]
+
+
+def _arm64_push_inputs(build: Build, folder: Path) -> list[str]:
+    return _signed_push(build, "ml")
+
+
+def _skopeo_image() -> str:
+    """trixie's skopeo, which enforces sigstore signatures in policy.json (bookworm's Podman and skopeo
+    have them switched off by a Debian patch), in an image made from our own bootstrapped trixie OS image."""
+    made = run_build_py("bootstrap", "--distribution", "trixie")
+    if made.returncode != 0:
+        raise RuntimeError(f"bootstrapping trixie failed: {made.stderr[-2000:]}")
+    os_image = made.stdout.strip().splitlines()[-1]
+    dockerfile = (
+        f"FROM {os_image}\nRUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
+        "--no-install-recommends skopeo > /dev/null && rm -rf /var/lib/apt/lists/*\n"
+    )
+    docker.from_env().images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=SKOPEO_IMAGE, rm=True, network_mode="host")
+    return SKOPEO_IMAGE
+
+
+def _remove_image(name: str) -> None:
+    with contextlib.suppress(docker.errors.ImageNotFound):
+        docker.from_env().images.remove(name)
+
+
+# The images the engine tests need, by the name of the fixture that hands each to a test, in the
+# order they start in when several are ready (and their tests run in).
+IMAGES = Scheduler(
+    {
+        # The x86_64 chain the README's first command builds (its checks run in every session).
+        "x86_build": Build(X86_ARGS, prepare=_x86_inputs),
+        # The arm64 OS image, then the arm64 onednn-acl chain under qemu: the longest build; its
+        # tests run last. It builds on nothing of the x86_64 chain, so it starts beside it.
+        "arm64_os": Build(["bootstrap", "--arch", "aarch64"], summary=False, recheck=False),
+        # trixie's skopeo for the signature policy tests.
+        "skopeo": Call(_skopeo_image, _remove_image, after=("x86_build",)),
+        # zendnn with zentorch (from PyPI, paired with torch by version) and the two test plugins
+        # that fit it; it shares the x86_64 chain's earlier stages.
+        "zendnn_build": Build([*X86_ARGS, "--backend", "zendnn"], after=("x86_build",), prepare=_zendnn_inputs),
+        # The README's build again with --push --push-stages --sign: a no-op rebuild (its checks not
+        # run again), the pushes to the session's registry, the release signed and attested.
+        "pushed": Build(X86_ARGS, after=("x86_build",), prepare=_push_inputs, recheck=False),
+        # The README's build on an empty second engine, with those stages as --cache-from.
+        "built_on_b": Build(X86_ARGS, after=("pushed",), prepare=_engine_b_inputs),
+        # The README's build on an empty Podman engine from those stages, checked through Podman and
+        # pushed; its image is Podman's own: its checks run without --recheck.
+        "podman_build": Build(["--engine", "podman", *X86_ARGS], after=("pushed",), prepare=_podman_inputs, recheck=False),
+        # A team's requirements in another release of the README image: its final stage again.
+        "requirements_build": Build(X86_ARGS, after=("x86_build",), prepare=_requirements_inputs, recheck=False),
+        # BuildKit's tools chain twice, for the compiler cache test: numpy compiled with the cache
+        # mount, written out to a folder as CI keeps it (--ccache-dir); then the same request from a
+        # copy of the checkout with a one-line patch to one numpy file, which must recompile that
+        # file alone. --no-test: the reuse test checks this very image on an empty engine.
+        "buildkit_first": Build(
+            [*BUILDKIT_TOOLS[:-1], BUILDKIT_TAG, "--no-test"], after=("x86_build",), prepare=_buildkit_first_inputs, recheck=False
+        ),
+        "buildkit_patched": Build(
+            [*BUILDKIT_TOOLS[:-1], BUILDKIT_TAG, "--no-test"], after=("buildkit_first",), prepare=_buildkit_patched_inputs, recheck=False
+        ),
+        "arm64_build": Build([*ARM64_ARGS, "--quiet"], after=("arm64_os",)),
+        # The emulated arm64 image pushed and signed: a no-op rebuild, then the push.
+        "arm64_pushed": Build([*ARM64_ARGS, "--quiet"], after=("arm64_build",), prepare=_arm64_push_inputs, recheck=False),
+    },
+    slots=os.cpu_count() or 1,
+)
