@@ -8,18 +8,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from dockerfile_parse import DockerfileParser
 
 from torchstack.errors import UsageProblem
+from torchstack.model import ROOT
 from torchstack.render import NO_SECRETS, SCRIPTS, BuildSecrets, assemble_context, render_dockerfile
 
-# Rules we do not follow, each for a reason:
-HADOLINT_IGNORED = [
-    "DL3008",  # apt versions: the Debian release (and its archive snapshot) pins them
-    "DL3013",  # pip versions: pins come from components.yaml through the scripts' variables
-    "DL3002",  # last USER root: flagged on throwaway build stages; the image checks hold every
-    #            shipped image to a non-root user
-]
+# Rules we do not follow, each with its reason: .hadolint.yaml, which hadolint itself reads too.
+HADOLINT_IGNORED = yaml.safe_load((ROOT / ".hadolint.yaml").read_text())["ignored"]
 
 
 SECRETS = BuildSecrets(ca_bundle=Path("/host/ca.pem"), pip_conf=Path("/host/pip.conf"))

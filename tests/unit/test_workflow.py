@@ -142,3 +142,13 @@ def test_a_weekly_schedule_rebuilds_and_publishes_what_changed(workflow):
     assert "github.event_name == 'schedule'" in build["env"]["PUBLISH"]
     signing = next(step for _, step in steps(workflow) if "COSIGN_PRIVATE_KEY" in step.get("env", {}))
     assert "github.event_name == 'schedule'" in signing["env"]["COSIGN_PRIVATE_KEY"]
+
+
+def test_every_push_and_pull_request_runs_the_quick_checks(workflow):
+    """A job with no engine: the unit tests, ruff, hadolint and shellcheck, before any image is built."""
+    assert {"push", "pull_request"} <= set(workflow[True] if True in workflow else workflow["on"])
+    checks = workflow["jobs"]["checks"]
+    assert "needs" not in checks and checks["timeout-minutes"] <= 15
+    run = "\n".join(step.get("run", "") for step in checks["steps"])
+    for needed in ('python3 -m pytest -m "not engine"', "ruff check .", "ruff format --check .", "shellcheck", "hadolint"):
+        assert needed in run, needed
