@@ -33,6 +33,11 @@ ENTRYPOINT_CONF = f"{TOOLKIT_DIR}/entrypoint.conf"
 # The final image's start-up hook (scripts/torchstack_startup.py): every Python process of the venv
 # loads it through the .pth file, whatever its entry point (threads, torch.compile's scratch).
 STARTUP_FILES = ("torchstack_startup.py", "torchstack-startup.pth")
+# The final image's module for models compiled ahead of time (scripts/torchstack_warm.py), in the venv's
+# site-packages beside the hook, and where it stores them (its STORE): one folder per model, one per key.
+WARM_MODULE = "torchstack_warm.py"
+SITE_FILES = (*STARTUP_FILES, WARM_MODULE)
+WARM_DIR = f"{TOOLKIT_DIR}/warm"
 
 # In a stage that installs Python packages: what its throwaway fetch stage downloaded from the
 # package index (the only step that reaches it), for its own steps to install offline.

@@ -194,7 +194,7 @@ def _release_files(plan: Plan, dest: Path) -> list[str]:
     if app := plan.requirements:
         _place(app.path, dest / "requirements" / "requirements.txt")
         _write_pins(dest / "requirements" / "resolved.txt", app.resolved)
-    for name in ("probe.py", *layout.STARTUP_FILES):
+    for name in ("probe.py", *layout.SITE_FILES):
         _place(SCRIPTS / name, dest / name)
     shutil.copytree(EXAMPLES, dest / "examples", ignore=shutil.ignore_patterns("__pycache__"))
     _place(SCRIPTS / "entrypoint.sh", dest / "entrypoint.sh")

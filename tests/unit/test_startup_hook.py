@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from torchstack import layout
 from torchstack.render import SCRIPTS
 
 SPEC = importlib.util.spec_from_file_location("torchstack_startup", SCRIPTS / "torchstack_startup.py")
@@ -189,3 +190,12 @@ def test_the_pth_file_runs_the_hook_in_a_new_interpreter(tmp_path):
     assert shown.returncode == 0 and "affinity mask" in shown.stdout, shown.stderr
     off = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env={**env, "OMP_NUM_THREADS": "5"}, capture_output=True, text=True)
     assert off.stdout.strip() == "OMP_NUM_THREADS=5, as set by the user", off.stderr
+
+
+def test_the_warm_store_is_where_the_layout_says(monkeypatch):
+    """scripts/torchstack_warm.py runs in the image with the standard library and torch only: its store is layout.WARM_DIR."""
+    monkeypatch.delenv("TORCHSTACK_WARM_DIR", raising=False)
+    spec = importlib.util.spec_from_file_location("torchstack_warm_copy", SCRIPTS / layout.WARM_MODULE)
+    warm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(warm)
+    assert str(warm.STORE) == layout.WARM_DIR

@@ -9,6 +9,7 @@ import re
 import shlex
 import tarfile
 import types
+from pathlib import Path
 
 import docker
 import pytest
@@ -351,6 +352,38 @@ def _compile(image, engine, ours):
         return pod.run(f"cd {EXAMPLES} && python3 compile.py")
 
 
+# A package baked for another CPU (warm_elsewhere.py), run in the image.
+WARM_ELSEWHERE = (Path(__file__).parent / "warm_elsewhere.py").read_text()
+
+
+def _baked(ours) -> bool:
+    """Whether the build compiled the warm example ahead of time (examples/warm.py): a full runtime
+    built natively. An emulated build would compile it for qemu's CPU, and a slim one has no compiler."""
+    return ours["runtime"] == "full" and ours["arch"] == host_arch()
+
+
+def test_a_baked_model_answers_a_new_restricted_pod_without_compiling(image, engine, ours):
+    """A new container under the restricted profile, with a noexec /tmp: the example's model answers from
+    the package compiled when the image was built, Dynamo compiles no frame, and it matches eager mode."""
+    if not _baked(ours):
+        pytest.skip("no package baked: an emulated or slim image")
+    with _running(image, engine, tmpfs=NOEXEC_TMP, **RESTRICTED) as pod:
+        result = pod.run(f"cd {EXAMPLES} && python3 warm.py")
+    assert result.rc == 0, result.stderr[-1500:]
+    assert "answered from the baked model" in result.stdout and "frames compiled in this process: 0" in result.stdout, result.stdout
+
+
+def test_a_package_made_for_another_cpu_is_refused_and_the_model_compiled(image, engine, ours):
+    """An image baked where other vector instructions were: its package is not used, the model is compiled
+    here instead, and the answer matches eager mode (warm_elsewhere.py)."""
+    if not _baked(ours):
+        pytest.skip("no package baked: an emulated or slim image")
+    with _running(image, engine, tmpfs=EXEC_TMP, **RESTRICTED) as pod:
+        result = pod.run(f"cd {EXAMPLES} && python3 -c {shlex.quote(WARM_ELSEWHERE)}")
+    assert result.rc == 0, result.stderr[-2500:]
+    assert "was refused" in result.stdout and "made for another machine: cpu" in result.stderr, result.stdout + result.stderr
+
+
 def test_no_headers_sources_or_wheels(host, labels):
     """No build leftovers: our components' headers, sources, build trees, wheels. A "full" runtime
     keeps the system headers (/usr/include) that torch.compile's C++ includes."""
@@ -649,7 +682,7 @@ def test_every_example_runs_in_a_restricted_pod(side_by_side, ours):
     for name, result in ran.items():
         if result is None:
             print(f"{name}: not run under qemu emulation (see UNDER_EMULATION)")
-        elif name == "compile.py":  # a slim image: the example's own one line
+        elif name in ("compile.py", "warm.py") and ours["runtime"] == "slim":  # the example's own one line
             assert result.rc == 3 and "needs a C++ compiler" in result.stderr, result.stderr[-1500:]
         else:
             assert result.rc == 0, f"{name} failed in a restricted pod (user {ANY_USER}):\n{result.stderr[-1500:]}"
