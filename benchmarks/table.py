@@ -31,6 +31,9 @@ that a ratio holds on a noisy host. Each benchmark needs a build host with a run
   of the same Dockerfiles, image size against its payload, build time per stage.
 - **refresh**: `python3 benchmarks/refresh.py --json benchmarks/results/refresh.json`. A Debian
   security fix's refresh of the README's image against a cold build of it.
+- **qemu**: `python3 benchmarks/qemu.py --image ARM64-IMAGE --vs /usr/bin/qemu-aarch64-static --json
+  benchmarks/results/qemu.json`. Emulated Python under the qemu-user that `scripts/setup-host.sh`
+  installs against bookworm's qemu-user-static.
 
 Both take the torch wheel's folder with `--wheelhouse DIR` (default `$PIP_FIND_LINKS`). `--short` is
 the test suite's quick mode of `run.py`. Ratios: "plain / ours" above 1 means our image is faster;
@@ -146,7 +149,16 @@ def refresh_figures(result: dict) -> list[tuple[str, str, str]]:
     return rows
 
 
+def qemu_figures(result: dict) -> list[tuple[str, str, str]]:
+    """(figure, measured, goal) rows of a benchmarks/qemu.py result."""
+    ours, theirs = result["ours"], result["theirs"]
+    measured = f"{ours['median_s']:.2f} s / {theirs['median_s']:.2f} s = {result['qemu_ratio']:.3f}"
+    return [(f"emulated Python: {ours['qemu']} / {theirs['qemu']}", measured, "")]
+
+
 def benchmark_of(result: dict) -> tuple[str, list[tuple[str, str, str]]]:
+    if "qemu_ratio" in result:
+        return "qemu", qemu_figures(result)
     if "refresh_cold_ratio" in result:
         return "refresh", refresh_figures(result)
     if "inference" in result:

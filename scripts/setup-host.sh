@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepare a Debian/Ubuntu build host, as root: the container engine, mmdebstrap (to bootstrap the
-# base OS image without a registry), qemu-user-static with binfmt (to build other
+# base OS image without a registry), qemu-user registered with binfmt_misc (to build other
 # architectures), and torchstack's Python dependencies. Says what it does; skips what is there.
 #   --engine docker (the default): the Docker engine, buildx, and what the tests need besides
 #     (a registry server; Podman, whose service the tests start on sockets of their own);
@@ -30,7 +30,7 @@ fi
 #   bootstrapping the base image: mmdebstrap, Debian's archive keyring (Ubuntu lacks it), and
 #     arch-test, which mmdebstrap needs for a foreign architecture (only "recommended", so
 #     --no-install-recommends would leave it out);
-#   emulated arm64, s390x (or x86_64) builds: qemu-user-static and binfmt-support;
+#   emulated arm64, s390x (or x86_64) builds: qemu-user from Debian trixie (below), registered here;
 #   fetching buildx and sources, reading Debian's signed suites (the security gate): curl, gpgv,
 #     xz-utils, ca-certificates; the tests' own signed Debian archive: gpg;
 #   the engine tests' second engine, which gets a bridge of its own: iproute2;
@@ -40,7 +40,7 @@ fi
 missing=()
 installed() { dpkg-query -W -f '${Status}' "$1" 2> /dev/null | grep -q '^install ok installed$'; }
 [[ $engine == podman ]] || command -v dockerd > /dev/null || missing+=(docker.io)
-for package in mmdebstrap debian-archive-keyring arch-test qemu-user-static binfmt-support \
+for package in mmdebstrap debian-archive-keyring arch-test \
     curl gpgv gpg xz-utils ca-certificates iproute2 podman runc uidmap slirp4netns; do
     installed "$package" || missing+=("$package")
 done
@@ -49,30 +49,8 @@ if ((${#missing[@]})); then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" > /dev/null
 else
-    say "the engines, mmdebstrap, arch-test, qemu-user-static and binfmt-support are installed"
+    say "the engines, mmdebstrap and arch-test are installed"
 fi
-
-# qemu for every architecture torchstack builds (torchstack/data/platforms.yaml) but this host's,
-# registered with flag F so that it works inside containers.
-if ! mountpoint -q /proc/sys/fs/binfmt_misc; then
-    say "mounting binfmt_misc"
-    mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
-fi
-foreign=()
-for qemu in aarch64 s390x x86_64; do
-    [[ $qemu == "$(uname -m)" ]] || foreign+=("$qemu")
-done
-for qemu in "${foreign[@]}"; do
-    if ! grep -qx enabled "/proc/sys/fs/binfmt_misc/qemu-$qemu" 2> /dev/null; then
-        say "registering qemu binfmt handlers (qemu-$qemu was not enabled)"
-        update-binfmts --enable
-        break
-    fi
-done
-for qemu in "${foreign[@]}"; do
-    grep -q '^flags: .*F' "/proc/sys/fs/binfmt_misc/qemu-$qemu" \
-        || { echo "setup-host: qemu-$qemu is not registered with flag F; see update-binfmts --display qemu-$qemu" >&2; exit 1; }
-done
 
 # A package of Debian trixie that bookworm lacks, verified through the archive's signed InRelease
 # (the Packages index's checksum, then the package's): its .deb is written to $2.
@@ -90,6 +68,40 @@ fetch_from_trixie() { # package destination
     curl -fsSL "$archive/$filename" -o "$2"
     echo "$sha  $2" | sha256sum --check --quiet
     rm -rf "$work"
+}
+
+# qemu for every architecture torchstack builds (torchstack/data/platforms.yaml) but this host's:
+# Debian trixie's qemu-user (10.0, statically linked, no dependencies), which runs emulated Python
+# 3 to 5 times faster than bookworm's qemu-user-static 7.2 (benchmarks/results/qemu.json). Its
+# binaries go to QEMU_DIR, and each is registered with binfmt_misc as trixie registers it (flag F:
+# the kernel opens the interpreter once, so it works inside containers), replacing an entry of the
+# same name that names another interpreter (a distribution's qemu-user-static).
+QEMU_DIR=/usr/local/lib/torchstack/qemu
+QEMU_VERSION_WANTED="1:10.0"
+install_qemu_from_trixie() {
+    local work qemu
+    work=$(mktemp -d)
+    fetch_from_trixie qemu-user "$work/qemu.deb"
+    dpkg-deb -x "$work/qemu.deb" "$work/root"
+    mkdir -p "$QEMU_DIR"
+    for qemu in "${foreign[@]}"; do
+        install -m 0755 "$work/root/usr/bin/qemu-$qemu" "$QEMU_DIR/$qemu-binfmt-P" # the -binfmt-P name: argv[0] preserved
+        cp "$work/root/usr/share/qemu/binfmt.d/qemu-$qemu.conf" "$QEMU_DIR/qemu-$qemu.conf"
+    done
+    dpkg-deb -f "$work/qemu.deb" Version > "$QEMU_DIR/version"
+    rm -rf "$work"
+}
+
+register_qemu() { # arch
+    local entry=/proc/sys/fs/binfmt_misc/qemu-$1 interpreter=$QEMU_DIR/$1-binfmt-P line
+    if grep -qx "interpreter $interpreter" "$entry" 2> /dev/null && grep -qx enabled "$entry"; then
+        return 0
+    fi
+    [[ -e $entry ]] && echo -1 > "$entry" # another interpreter's entry of the same name
+    line=$(sed "s|:/usr/libexec/qemu-binfmt/$1-binfmt-P:|:$interpreter:|" "$QEMU_DIR/qemu-$1.conf")
+    [[ $line == *":$interpreter:"* ]] || { echo "setup-host: unexpected binfmt line in $QEMU_DIR/qemu-$1.conf" >&2; exit 1; }
+    printf '%s' "$line" > /proc/sys/fs/binfmt_misc/register
+    say "registered qemu-$1 ($interpreter) with binfmt_misc"
 }
 
 # BuildKit's CLI plugin, for --builder buildx (compiler cache mounts, CA as a secret). Bookworm
@@ -140,6 +152,29 @@ configure_podman() {
     fi
 }
 configure_podman
+
+foreign=()
+for qemu in aarch64 s390x x86_64; do
+    [[ $qemu == "$(uname -m)" ]] || foreign+=("$qemu")
+done
+qemu_installed() {
+    local qemu
+    [[ $(cat "$QEMU_DIR/version" 2> /dev/null) == "$QEMU_VERSION_WANTED"* ]] || return 1
+    for qemu in "${foreign[@]}"; do [[ -x $QEMU_DIR/$qemu-binfmt-P ]] || return 1; done
+}
+if qemu_installed; then
+    say "qemu-user $(cat "$QEMU_DIR/version") is installed in $QEMU_DIR"
+else
+    say "installing qemu-user from Debian trixie's package into $QEMU_DIR (signature and checksums verified)"
+    install_qemu_from_trixie
+fi
+if ! mountpoint -q /proc/sys/fs/binfmt_misc; then
+    say "mounting binfmt_misc"
+    mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+fi
+for qemu in "${foreign[@]}"; do
+    register_qemu "$qemu"
+done
 
 # cosign, for --sign, `manifest --sign` and `verify` (signatures and attestations, with no
 # transparency log). Bookworm has no cosign package: install trixie's, which needs only libc6 2.34.

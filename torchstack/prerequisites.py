@@ -40,7 +40,7 @@ def missing_for(plan: Plan, bootstrap: bool) -> list[Missing]:
         missing.append(
             Missing(
                 f"qemu emulation of {plan.arch.name} on this {plan.host_arch} host (no enabled binfmt entry {entry} with flag F)",
-                "apt-get install qemu-user-static binfmt-support && update-binfmts --enable",
+                "bash scripts/setup-host.sh (it installs qemu-user and registers it), or: apt-get install qemu-user-static binfmt-support",
             )
         )
     if bootstrap and shutil.which("mmdebstrap") is None:

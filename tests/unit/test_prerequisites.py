@@ -62,7 +62,7 @@ def test_emulation_needs_an_enabled_binfmt_entry_with_flag_f(host, arm64_on_x86,
     else:
         binfmt.write_text(entry)
     (missing,) = prerequisites.missing_for(arm64_on_x86(), bootstrap=False)
-    assert "qemu emulation of aarch64" in missing.what and "update-binfmts --enable" in missing.install
+    assert "qemu emulation of aarch64" in missing.what and "scripts/setup-host.sh" in missing.install
 
 
 def test_buildx_asked_for_but_not_installed(host, plan_for):
