@@ -31,6 +31,9 @@ that a ratio holds on a noisy host. Each benchmark needs a build host with a run
   of the same Dockerfiles, image size against its payload, build time per stage.
 - **refresh**: `python3 benchmarks/refresh.py --json benchmarks/results/refresh.json`. A Debian
   security fix's refresh of the README's image against a cold build of it.
+- **warm**: `python3 benchmarks/warm.py --image IMAGE --json benchmarks/results/warm.json`. A new
+  container's whole `docker run` to its first compiled answer: the model compiled at run time against
+  the package the image baked when it was built.
 - **qemu**: `python3 benchmarks/qemu.py --image ARM64-IMAGE --vs /usr/bin/qemu-aarch64-static --json
   benchmarks/results/qemu.json`. Emulated Python under the qemu-user that `scripts/setup-host.sh`
   installs against bookworm's qemu-user-static.
@@ -156,7 +159,16 @@ def qemu_figures(result: dict) -> list[tuple[str, str, str]]:
     return [(f"emulated Python: {ours['qemu']} / {theirs['qemu']}", measured, "")]
 
 
+def warm_figures(result: dict) -> list[tuple[str, str, str]]:
+    """(figure, measured, goal) rows of a benchmarks/warm.py result."""
+    baked, cold = result["baked"], result["cold"]
+    measured = f"{baked['median_s']:.1f} s / {cold['median_s']:.1f} s = {result['baked_cold_ratio']:.3f}"
+    return [("a new container's first compiled answer, baked / compiled at run time", measured, goal(result["goal"], result["goal_met"]))]
+
+
 def benchmark_of(result: dict) -> tuple[str, list[tuple[str, str, str]]]:
+    if "baked_cold_ratio" in result:
+        return "warm", warm_figures(result)
     if "qemu_ratio" in result:
         return "qemu", qemu_figures(result)
     if "refresh_cold_ratio" in result:
