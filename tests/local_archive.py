@@ -10,6 +10,7 @@ import http.server
 import lzma
 import shutil
 import subprocess
+import tempfile
 import threading
 import urllib.request
 from pathlib import Path
@@ -21,8 +22,10 @@ class LocalArchive:
 
     def __init__(self, folder: Path):
         self.folder = folder
-        self.home = folder / "gnupg"
-        self.home.mkdir(mode=0o700, parents=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        # GnuPG's home on a short path of its own: gpg-agent's sockets live there, and a socket's path
+        # holds at most 107 bytes (a test's folder can be longer).
+        self.home = Path(tempfile.mkdtemp(prefix="gpg-"))
         self._gpg("--quick-gen-key", "torchstack test archive <archive@localhost>", "ed25519", "sign", "never")
         self.keyring = folder / "archive-key.asc"
         self.keyring.write_bytes(self._gpg("--export", "--armor"))
@@ -72,6 +75,7 @@ class LocalArchive:
         self.server.server_close()
         # The agent gpg started for the signing key ends with the archive.
         subprocess.run(["gpgconf", "--homedir", str(self.home), "--kill", "gpg-agent"], capture_output=True)
+        shutil.rmtree(self.home, ignore_errors=True)
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
