@@ -164,7 +164,8 @@ def pytest_sessionfinish(session):
     IMAGES.stop()
     client = docker.from_env()
     untag(client, f":{BUILDKIT_TAG}")
-    untag(client, f":{APP_RELEASE}-")  # its test untags it; not if the session ended before
+    if IMAGES.table["requirements_build"].process is not None:  # its test untags it; not if the session ended before
+        untag(client, f":{APP_RELEASE}-")
     # Side by side: each waits mostly on its engine's shutdown and its disk.
     closing = [threading.Thread(target=resource.close) for resource in (PODMAN, SECOND_ENGINE, REGISTRY, COSIGN_KEYS)]
     for thread in closing:

@@ -38,7 +38,8 @@ def podman_cli(env: dict, *args: str) -> subprocess.CompletedProcess:
 
 def rootless_podman(user: str, *args: str) -> subprocess.CompletedProcess:
     """Podman's CLI as `user`, in its home, on its own storage; nothing of root's engine set."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "CONTAINER", "DOCKER_"))}
+    # Nor the session's TMPDIR (tests/session.py): a folder of root's, which the user cannot enter.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "CONTAINER", "DOCKER_")) and k != "TMPDIR"}
     home = pwd.getpwnam(user).pw_dir
     return subprocess.run(
         ["runuser", "-u", user, "--", "podman", *args],
