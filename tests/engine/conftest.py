@@ -162,10 +162,12 @@ def pytest_collection_finish(session):
 
 def pytest_sessionfinish(session):
     IMAGES.stop()
-    client = docker.from_env()
-    untag(client, f":{BUILDKIT_TAG}")
-    if IMAGES.table["requirements_build"].process is not None:  # its test untags it; not if the session ended before
-        untag(client, f":{APP_RELEASE}-")
+    # The tags of the session's own builds (none where no engine test ran: no engine needed then).
+    started = {name for name, build in IMAGES.table.items() if build.process is not None}
+    if started & {"buildkit_first", "buildkit_patched"}:
+        untag(docker.from_env(), f":{BUILDKIT_TAG}")
+    if "requirements_build" in started:  # its test untags it; not if the session ended before
+        untag(docker.from_env(), f":{APP_RELEASE}-")
     # Side by side: each waits mostly on its engine's shutdown and its disk.
     closing = [threading.Thread(target=resource.close) for resource in (PODMAN, SECOND_ENGINE, REGISTRY, COSIGN_KEYS)]
     for thread in closing:
