@@ -163,7 +163,7 @@ def pytest_collection_finish(session):
 def pytest_sessionfinish(session):
     IMAGES.stop()
     # The tags of the session's own builds (none where no engine test ran: no engine needed then).
-    started = {name for name, build in IMAGES.table.items() if build.process is not None}
+    started = {name for name, build in IMAGES.table.items() if build.started()}
     if started & {"buildkit_first", "buildkit_patched"}:
         untag(docker.from_env(), f":{BUILDKIT_TAG}")
     if "requirements_build" in started:  # its test untags it; not if the session ended before

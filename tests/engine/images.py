@@ -145,6 +145,9 @@ class Build:
         with open(self.folder / "output.log", "w") as output:
             self.process = session.popen(command, cwd=self.root, stdout=output, stderr=subprocess.STDOUT, env={**os.environ, **self.env})
 
+    def started(self) -> bool:
+        return self.process is not None
+
     def done(self) -> bool:
         return self.problem is not None or (self.process is not None and self.process.poll() is not None)
 
@@ -194,6 +197,9 @@ class Call(Build):
 
         self.thread = threading.Thread(target=run, daemon=True)
         self.thread.start()
+
+    def started(self) -> bool:
+        return self.thread is not None
 
     def done(self) -> bool:
         return self.problem is not None or (self.thread is not None and not self.thread.is_alive())
@@ -246,9 +252,9 @@ class Scheduler:
     def _run(self) -> None:
         with self.changed:
             while not self.stopped:
-                running = sum(1 for b in self.table.values() if (b.process or getattr(b, "thread", None)) and not b.done())
+                running = sum(1 for b in self.table.values() if b.started() and not b.done())
                 for name, build in self.table.items():
-                    if name not in self.wanted or build.done() or build.process or getattr(build, "thread", None):
+                    if name not in self.wanted or build.started() or build.done():
                         continue
                     if failed := self._blocked_by(build):
                         build.problem = f"{failed}, which it builds on, failed"
