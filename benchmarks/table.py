@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -34,6 +35,9 @@ that a ratio holds on a noisy host. Each benchmark needs a build host with a run
 - **warm**: `python3 benchmarks/warm.py --image IMAGE --json benchmarks/results/warm.json`. A new
   container's whole `docker run` to its first compiled answer: the model compiled at run time against
   the package the image baked when it was built.
+- **pull**: `python3 benchmarks/pull.py --image IMAGE --json benchmarks/results/pull.json`. A new
+  node's pull and unpack of an image from a loopback registry, zstd layers against gzip, with
+  containerd's `ctr` (what Kubernetes nodes run) and with Podman.
 - **qemu**: `python3 benchmarks/qemu.py --image ARM64-IMAGE --vs /usr/bin/qemu-aarch64-static --json
   benchmarks/results/qemu.json`. Emulated Python under the qemu-user that `scripts/setup-host.sh`
   installs against bookworm's qemu-user-static.
@@ -166,7 +170,28 @@ def warm_figures(result: dict) -> list[tuple[str, str, str]]:
     return [("a new container's first compiled answer, baked / compiled at run time", measured, goal(result["goal"], result["goal_met"]))]
 
 
+def pull_figures(result: dict) -> list[tuple[str, str, str]]:
+    """(figure, measured, goal) rows of a benchmarks/pull.py result."""
+    sizes, goals = result["sizes_mib"], result["goals"]
+
+    def within(ratio: float, wanted: str) -> bool:
+        return ratio <= float(wanted.split()[-1])
+
+    size = result["zstd_gzip_size_ratio"]
+    measured = f"{sizes['zstd']:,.0f} MiB / {sizes['gzip']:,.0f} MiB = {size:.3f}"
+    rows = [("layers, zstd / gzip", measured, goal(f"zstd_gzip_size_ratio {goals['size']}", within(size, goals["size"])))]
+    for tool, by in result["pull_s"].items():
+        ratio = result[f"zstd_gzip_pull_ratio_{tool}"]
+        medians = {name: statistics.median(runs) for name, runs in by.items()}
+        measured = f"{medians['zstd']:.1f} s / {medians['gzip']:.1f} s = {ratio:.3f}"
+        wanted = f"zstd_gzip_pull_ratio_{tool} {goals['pull']}"
+        rows.append((f"pull and unpack ({tool}), zstd / gzip", measured, goal(wanted, within(ratio, goals["pull"]))))
+    return rows
+
+
 def benchmark_of(result: dict) -> tuple[str, list[tuple[str, str, str]]]:
+    if "zstd_gzip_size_ratio" in result:
+        return "pull", pull_figures(result)
     if "baked_cold_ratio" in result:
         return "warm", warm_figures(result)
     if "qemu_ratio" in result:

@@ -34,6 +34,7 @@ fi
 #   fetching buildx and sources, reading Debian's signed suites (the security gate): curl, gpgv,
 #     xz-utils, ca-certificates; the tests' own signed Debian archive: gpg;
 #   the engine tests' second engine, which gets a bridge of its own: iproute2;
+#   pushing zstd layers (--compression zstd): skopeo, which compresses each layer afresh;
 #   Podman (--engine podman, and the tests of it): podman, with runc (crun, which Podman prefers,
 #     cannot run on a host with hybrid cgroups), uidmap (newuidmap, for rootless users) and
 #     slirp4netns (a rootless container's network, unless it runs with --network none).
@@ -41,7 +42,7 @@ missing=()
 installed() { dpkg-query -W -f '${Status}' "$1" 2> /dev/null | grep -q '^install ok installed$'; }
 [[ $engine == podman ]] || command -v dockerd > /dev/null || missing+=(docker.io)
 for package in mmdebstrap debian-archive-keyring arch-test \
-    curl gpgv gpg xz-utils ca-certificates iproute2 podman runc uidmap slirp4netns; do
+    curl gpgv gpg xz-utils ca-certificates iproute2 skopeo podman runc uidmap slirp4netns; do
     installed "$package" || missing+=("$package")
 done
 if ((${#missing[@]})); then

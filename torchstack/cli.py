@@ -5,6 +5,7 @@ The subcommands: build, plan, render, list, matrix, fetch, bootstrap, manifest, 
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import sys
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from click.core import ParameterSource
 
 from torchstack import __version__, image_commands, sharing
 from torchstack.connection import choose, connect
-from torchstack.errors import DataError, ToolkitError, UsageProblem
+from torchstack.errors import DataError, HostNotReady, ToolkitError, UsageProblem
 from torchstack.model import COMMAND, Catalog, load_catalog
 from torchstack.options import archive_options, build_options, check_json_file, engine_option, plan_options, request_from, writable_folder
 from torchstack.plan import Request
@@ -102,6 +103,11 @@ def _build_group(catalog: Catalog) -> click.Group:
 
             # Refused here, before any work; the build names the images again once its plan is final.
             pushes = wanted(plan, run.registry, run.push_stages, checked=not run.no_test)
+        if run.compression == "zstd":
+            if not run.push:
+                raise UsageProblem("--compression zstd applies to what --push sends: add --push and --registry")
+            if shutil.which("skopeo") is None:
+                raise HostNotReady("missing skopeo, which writes --compression zstd's layers: bash scripts/setup-host.sh installs it")
         if run.sign:
             from torchstack.signing import check_key
 

@@ -114,6 +114,7 @@ PODMAN_REFUSES = {
     "builder": "--builder buildx needs BuildKit, which Podman does not have; with Podman every stage "
     "builds on its legacy-API builder (buildah): drop --builder buildx",
     "buildx_builder": "--buildx-builder names a BuildKit builder, which Podman does not have: drop it",
+    "zstd": "--compression zstd copies the release image from Docker's engine with skopeo: with Podman, push gzip layers (the default)",
     "ccache_dir": "--ccache-dir moves BuildKit's compiler cache mount, which Podman's builder does not have: "
     "drop it (Podman reuses unchanged steps from its own cache, as Docker's legacy builder does)",
 }

@@ -12,6 +12,7 @@ from torchstack.connection import ENGINES, choose, refuse_for
 from torchstack.errors import UsageProblem
 from torchstack.model import Catalog
 from torchstack.plan import Request
+from torchstack.run_options import COMPRESSIONS
 from torchstack.selection import BUILD_TYPES, BUILDERS, RUNTIMES
 from torchstack.sources import state_dir
 from torchstack.wheels import pip_index_settings
@@ -251,6 +252,14 @@ def publish_options(func):
         help="With --push, sign the pushed release image and attest its SBOM and provenance with cosign, "
         "offline: a key file (password in $COSIGN_PASSWORD) or a KMS reference (awskms://...).",
     )
+    @click.option(
+        "--compression",
+        type=click.Choice(COMPRESSIONS),
+        default="gzip",
+        show_default=True,
+        help="Layers of the pushed release image. zstd: smaller and unpacked faster; pulled by containerd 1.5+ "
+        "(Kubernetes nodes), Docker 23+, Podman and CRI-O, not by Docker 20.10 (pushed with skopeo; the stages stay gzip).",
+    )
     @click.option("--push-stages", is_flag=True, help="With --push, push the stage images too, so other hosts' builds start from them.")
     @click.option(
         "--registry",
@@ -292,7 +301,7 @@ def request_from(options: dict) -> Request:
     methods = {k.removeprefix("from_"): v for k, v in options.items() if k.startswith("from_") and v != "source"}
     builder = options["builder"]
     engine_kind = choose(options.get("engine") or "auto").kind
-    refuse_for(engine_kind, options)
+    refuse_for(engine_kind, {**options, "zstd": options.get("compression") == "zstd"})
     for option, why in (("buildx_builder", "names a BuildKit builder"), ("ccache_dir", "moves BuildKit's compiler cache")):
         if options.get(option):
             if builder == "docker":

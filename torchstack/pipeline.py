@@ -214,11 +214,14 @@ def _summary(plan: Plan, chosen, release: _Release, pushed: list, signed: list, 
     }
 
 
-def _publish(client, kind: str, plan: Plan, run: RunOptions, pushes: list, release: _Release, began: datetime, note) -> tuple[list, list]:
+def _publish(client, chosen, plan: Plan, run: RunOptions, pushes: list, release: _Release, began: datetime, note) -> tuple[list, list]:
     """The pushes, then with --sign the pushed release image signed, its SBOM and provenance attested.
     The release tag moves to each new image, and a dated tag (TAG-YYYYMMDDHHMM) names it for good;
     a release the registry already holds under its tag (a scheduled rebuild that changed nothing)
-    is neither pushed nor signed again."""
+    is neither pushed nor signed again. --compression zstd applies to the release image; the stages
+    stay gzip, for the engines that take them as --cache-from (Docker 20.10 pulls no zstd)."""
+    kind = chosen.kind
+    zstd_from = chosen.url if run.compression == "zstd" else None
     if pushes and plan.stages[-1].name == RELEASE_STAGE:
         local, remote = pushes[-1]
         if published(remote, client.images.get(release.image_id).labels.get(CONTENT_LABEL)):
@@ -228,7 +231,7 @@ def _publish(client, kind: str, plan: Plan, run: RunOptions, pushes: list, relea
             )
             return [publish.push(client, name, there, note, kind) for name, there in pushes[:-1]], []
         pushes = [*pushes[:-1], (local, f"{remote}-{began:%Y%m%d%H%M}"), (local, remote)]
-    pushed = [publish.push(client, local, remote, note, kind) for local, remote in pushes]
+    pushed = [publish.push(client, local, remote, note, kind, zstd_from if local == plan.top_image else None) for local, remote in pushes]
     for done in pushed:
         layers = f", {done.layers} layers, {done.already_there} already there" if done.layers else ""
         note(f"torchstack: pushed {done.reference} ({done.digest}{layers})")
@@ -305,7 +308,7 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, run: RunOptions) -
         with building.lock(chosen, f"{plan.top_image} release", view):
             release = _check_and_tag(client, chosen, catalog, plan, run, view, contexts, log_path)
         reports[-1].tags.append(plan.top_image)
-        pushed, signed = _publish(client, chosen.kind, plan, run, pushes, release, began, view.note)
+        pushed, signed = _publish(client, chosen, plan, run, pushes, release, began, view.note)
 
     summary = _summary(plan, chosen, release, pushed, signed, time.monotonic() - started, log_path)
     if run.json_file:

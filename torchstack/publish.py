@@ -100,12 +100,22 @@ def wanted(plan: Plan, registry: str | None, push_stages: bool, checked: bool) -
     return [(name, remote_name(registry, name)) for name in dict.fromkeys(names)]
 
 
-def push(client: docker.DockerClient, local: str, remote: str, say: Callable[[str], None], engine: str = "docker") -> Pushed:
+def push(
+    client: docker.DockerClient,
+    local: str,
+    remote: str,
+    say: Callable[[str], None],
+    engine: str = "docker",
+    zstd_from: str | None = None,
+) -> Pushed:
     """Tag `local` as `remote` and push it, trying again on a transient failure. `engine` (docker
-    or podman) decides what a refusal's line tells the user to do."""
+    or podman) decides what a refusal's line tells the user to do. With `zstd_from` (the Docker
+    engine's URL), skopeo copies it from that engine with zstd layers instead (`_push_zstd`)."""
     repository, _, tag = remote.rpartition(":")
     client.images.get(local).tag(repository, tag)
     host = repository.split("/", 1)[0]
+    if zstd_from:
+        return _push_zstd(zstd_from, remote, say)
     if engine == "podman":
         say(f"torchstack: pushing {remote} (Podman's API says nothing more until the push is done)")
     for attempt in range(1, ATTEMPTS + 1):
@@ -124,6 +134,22 @@ def push(client: docker.DockerClient, local: str, remote: str, say: Callable[[st
             say(f"torchstack: push of {remote}: {message}; trying again in {wait} s ({attempt}/{ATTEMPTS})")
             time.sleep(wait)
     raise AssertionError("unreachable")
+
+
+def _push_zstd(daemon: str, remote: str, say: Callable[[str], None]) -> Pushed:
+    """`remote` (tagged in the engine) copied to its registry by skopeo with zstd layers (compressed
+    afresh: a push through the engine would send its gzip layers), as an OCI manifest."""
+    host = remote.split("/", 1)[0]
+    say(f"torchstack: pushing {remote} with zstd layers (skopeo copies it from the engine and compresses each layer)")
+    with tempfile.TemporaryDirectory() as work:
+        digest_file = Path(work) / "digest"
+        command = ["copy", "--quiet", "--retry-times", str(ATTEMPTS), "--format", "oci", "--dest-compress-format", "zstd"]
+        command += ["--digestfile", str(digest_file), "--src-daemon-host", daemon]
+        if is_loopback(host):
+            command.append("--dest-tls-verify=false")
+        _cli("skopeo", *command, f"docker-daemon:{remote}", f"docker://{remote}")
+        digest = digest_file.read_text().strip()
+    return Pushed(remote, digest, None, 0, 1)
 
 
 class _RegistrySaid(Exception):

@@ -5,18 +5,20 @@ Podman takes them under their content names); the final stage is built by Podman
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
 import subprocess
+import urllib.request
 import uuid
 
 import docker
 import pytest
 
-from tests.engine.conftest import listed_architectures
+from tests.engine.conftest import listed_architectures, untag
 from tests.engine.hosts import PODMAN
-from tests.engine.images import IMAGES, run_build_py
+from tests.engine.images import IMAGES, X86_ARGS, run_build_py, x86_wheelhouse
 
 pytestmark = pytest.mark.engine
 
@@ -133,3 +135,40 @@ def test_a_rootless_user_runs_torch_compile(podman_build, rootless_user, user):
     )
     assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-3000:]
     assert "torch.compile of a ResNet-style model" in ran.stdout and "matches eager mode" in ran.stdout, ran.stdout
+
+
+ZSTD_LAYER = "application/vnd.oci.image.layer.v1.tar+zstd"
+
+
+@pytest.fixture
+def zstd_registry(client, registry):
+    """Where the zstd test pushes; the names the push gives the engine's image there are removed after it."""
+    yield f"{registry}/zstd"
+    untag(client, f"{registry}/zstd/")
+
+
+def test_zstd_layers_are_pushed_pulled_by_podman_and_pass_the_checks(x86_build, podman, registry, zstd_registry, tmp_path):
+    """--compression zstd: the README's release image pushed by skopeo with zstd layers (an OCI
+    manifest; its stages, for other hosts' --cache-from, stay gzip), pulled by the session's Podman
+    engine, which reads zstd, and checked there."""
+    summary = tmp_path / "zstd.json"
+    push = ["--push", "--compression", "zstd", "--registry", zstd_registry, "--json", str(summary)]
+    sent = run_build_py(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), *push)
+    assert sent.returncode == 0, sent.stdout[-3000:] + sent.stderr[-3000:]
+    release = json.loads(summary.read_text())["pushed"][-1]
+    reference = release["reference"]
+    assert reference == f"{zstd_registry}/{x86_build['final_image']}" and release["digest"].startswith("sha256:")
+    repository = reference.removeprefix(f"{registry}/").rpartition(":")[0]
+    request = urllib.request.Request(
+        f"http://{registry}/v2/{repository}/manifests/{release['digest']}", headers={"Accept": "application/vnd.oci.image.manifest.v1+json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        manifest = json.load(answer)
+    assert manifest["mediaType"] == "application/vnd.oci.image.manifest.v1+json", manifest
+    assert {layer["mediaType"] for layer in manifest["layers"]} == {ZSTD_LAYER}, manifest["layers"]
+    pulled = podman_cli(podman, "pull", f"{registry}/{repository}@{release['digest']}")
+    assert pulled.returncode == 0, pulled.stderr
+    tagged = podman_cli(podman, "tag", f"{registry}/{repository}@{release['digest']}", reference)
+    assert tagged.returncode == 0, tagged.stderr
+    tested = run_build_py("test", "--engine", "podman", reference, "-k", " and ".join(f"not {n}" for n in SLOW), env=podman)
+    assert tested.returncode == 0 and "passed" in tested.stdout, tested.stdout[-3000:] + tested.stderr[-3000:]

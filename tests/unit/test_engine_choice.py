@@ -82,6 +82,7 @@ def test_the_engine_says_what_it_is(version, kind):
         (["--builder", "buildx"], "--builder buildx needs BuildKit, which Podman does not have"),
         (["--ccache-dir", "/tmp/cc"], "--ccache-dir moves BuildKit's compiler cache mount"),
         (["--buildx-builder", "remote"], "--buildx-builder names a BuildKit builder"),
+        (["--compression", "zstd", "--push", "--registry", "registry.example/ml"], "--compression zstd copies the release image"),
     ],
 )
 def test_what_podman_cannot_do_is_refused_before_any_work(cli, args, message):

@@ -28,4 +28,4 @@ def test_it_cannot_be_changed_once_made():
 
 def test_the_engine_refusals_name_only_what_podman_weighs():
     run = RunOptions(buildx_builder="remote", ccache_dir=Path("/c"), push=True)
-    assert run.engine_refusals("buildx") == {"builder": "buildx", "buildx_builder": "remote", "ccache_dir": Path("/c")}
+    assert run.engine_refusals("buildx") == {"builder": "buildx", "buildx_builder": "remote", "ccache_dir": Path("/c"), "zstd": False}

@@ -101,6 +101,7 @@ def test_a_name_verify_cannot_check_is_a_usage_error(text):
     ("args", "said"),
     [
         (["--sign", "cosign.key"], "--sign signs what --push sends: add --push and --registry"),
+        (["--compression", "zstd"], "--compression zstd applies to what --push sends: add --push and --registry"),
         (
             ["--sign", "/nonexistent/cosign.key", "--push", "--registry", "registry.example/ml"],
             "--sign /nonexistent/cosign.key: no such file; give a cosign private key",
@@ -111,7 +112,7 @@ def test_a_name_verify_cannot_check_is_a_usage_error(text):
 )
 def test_signing_options_are_refused_in_one_line_before_any_work(catalog, args, said):
     result = CliRunner().invoke(
-        make_cli(catalog), ["--torch-from", "wheel", "--openblas-from", "distro", *args] if args[0] == "--sign" else args
+        make_cli(catalog), ["--torch-from", "wheel", "--openblas-from", "distro", *args] if args[0].startswith("--") else args
     )
     assert result.exit_code == 2, result.output
     assert said in result.output and len(result.output.strip().splitlines()) == 1, result.output
