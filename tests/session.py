@@ -75,6 +75,12 @@ def run(args: list[str], timeout: float | None = None, **kwargs) -> subprocess.C
     return subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
 
+def owners() -> set[str]:
+    """The owners recorded so far: the session's own, and one per process it started."""
+    with _lock:
+        return set(_owners)
+
+
 def mark(token: str) -> None:
     """Image names holding `token` (a loopback registry's address, say) are the session's too."""
     with _lock:

@@ -17,7 +17,7 @@ import docker
 import pytest
 
 from tests.engine.conftest import listed_architectures, untag
-from tests.engine.hosts import PODMAN
+from tests.engine.hosts import PODMAN, podman_engine
 from tests.engine.images import IMAGES, X86_ARGS, run_build_py, x86_wheelhouse
 
 pytestmark = pytest.mark.engine
@@ -147,10 +147,12 @@ def zstd_registry(client, registry):
     untag(client, f"{registry}/zstd/")
 
 
-def test_zstd_layers_are_pushed_pulled_by_podman_and_pass_the_checks(x86_build, podman, registry, zstd_registry, tmp_path):
+def test_zstd_layers_are_pushed_pulled_by_podman_and_pass_the_checks(x86_build, registry, zstd_registry, tmp_path):
     """--compression zstd: the README's release image pushed by skopeo with zstd layers (an OCI
-    manifest; its stages, for other hosts' --cache-from, stay gzip), pulled by the session's Podman
-    engine, which reads zstd, and checked there."""
+    manifest; its stages, for other hosts' --cache-from, stay gzip), pulled by an empty Podman engine
+    of its own, which reads zstd, and checked there. Not the session's Podman engine: a Podman that
+    pulled zstd blobs reuses them when it pushes layers of the same content (its blob cache), which
+    would change what the Podman tests push."""
     summary = tmp_path / "zstd.json"
     push = ["--push", "--compression", "zstd", "--registry", zstd_registry, "--json", str(summary)]
     sent = run_build_py(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), *push)
@@ -166,9 +168,10 @@ def test_zstd_layers_are_pushed_pulled_by_podman_and_pass_the_checks(x86_build, 
         manifest = json.load(answer)
     assert manifest["mediaType"] == "application/vnd.oci.image.manifest.v1+json", manifest
     assert {layer["mediaType"] for layer in manifest["layers"]} == {ZSTD_LAYER}, manifest["layers"]
-    pulled = podman_cli(podman, "pull", f"{registry}/{repository}@{release['digest']}")
-    assert pulled.returncode == 0, pulled.stderr
-    tagged = podman_cli(podman, "tag", f"{registry}/{repository}@{release['digest']}", reference)
-    assert tagged.returncode == 0, tagged.stderr
-    tested = run_build_py("test", "--engine", "podman", reference, "-k", " and ".join(f"not {n}" for n in SLOW), env=podman)
+    with podman_engine(registry) as podman:
+        pulled = podman_cli(podman, "pull", f"{registry}/{repository}@{release['digest']}")
+        assert pulled.returncode == 0, pulled.stderr
+        tagged = podman_cli(podman, "tag", f"{registry}/{repository}@{release['digest']}", reference)
+        assert tagged.returncode == 0, tagged.stderr
+        tested = run_build_py("test", "--engine", "podman", reference, "-k", " and ".join(f"not {n}" for n in SLOW), env=podman)
     assert tested.returncode == 0 and "passed" in tested.stdout, tested.stdout[-3000:] + tested.stderr[-3000:]
