@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -29,13 +27,12 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.run import cpu_model  # noqa: E402
+from benchmarks.run import recorded  # noqa: E402
 from tests.engine.hosts import running_registry  # noqa: E402
 
 CONTAINERD = "/run/docker/containerd/containerd.sock"  # the Docker engine's own containerd
@@ -99,9 +96,7 @@ def main() -> None:
     ratios = {f"zstd_gzip_pull_ratio_{tool}": round(m["zstd"] / m["gzip"], 3) for tool, m in medians.items()}
     ratios["zstd_gzip_size_ratio"] = round(sizes["zstd"] / sizes["gzip"], 3)
     result = {
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
-        "command": " ".join(["python3", "benchmarks/pull.py", *sys.argv[1:]]),
-        "machine": {"cpu": cpu_model(), "cores": len(os.sched_getaffinity(0)), "arch": platform.machine()},
+        **recorded("pull.py"),
         "image": args.image,
         "sizes_mib": {name: round(size / 2**20, 1) for name, size in sizes.items()},
         "pull_s": {tool: {name: [round(s, 2) for s in runs] for name, runs in by.items()} for tool, by in times.items()},

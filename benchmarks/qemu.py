@@ -15,14 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
 import tarfile
 import tempfile
-from datetime import datetime, timezone
 from pathlib import Path
 
 import docker
@@ -30,7 +27,7 @@ import docker
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.run import cpu_model  # noqa: E402
+from benchmarks.run import recorded  # noqa: E402
 
 OURS = Path("/usr/local/lib/torchstack/qemu/aarch64-binfmt-P")
 WORK = "import glob, time; src = open(sorted(glob.glob('/usr/lib/python3*/typing.py'))[0]).read(); t = time.time()\n" + (
@@ -78,9 +75,7 @@ def main() -> None:
             for name, path in (("ours", str(plain)), ("theirs", args.vs))
         }
     result = {
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
-        "command": " ".join(["python3", "benchmarks/qemu.py", *sys.argv[1:]]),
-        "machine": {"cpu": cpu_model(), "cores": len(os.sched_getaffinity(0)), "arch": platform.machine()},
+        **recorded("qemu.py"),
         "image": args.image,
         "ours": {"qemu": versions["ours"], "median_s": round(statistics.median(ours), 2), "runs_s": [round(s, 2) for s in ours]},
         "theirs": {"qemu": versions["theirs"], "median_s": round(statistics.median(theirs), 2), "runs_s": [round(s, 2) for s in theirs]},

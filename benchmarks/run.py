@@ -383,6 +383,15 @@ def sizes(ours: str, plain: str, os_image: str) -> dict:
 # --- the report ------------------------------------------------------------------------------
 
 
+def recorded(script: str) -> dict:
+    """What every result says of itself: its date, the command that made it, the machine it ran on."""
+    return {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+        "command": " ".join(["python3", f"benchmarks/{script}", *sys.argv[1:]]),
+        "machine": {"cpu": cpu_model(), "cores": len(os.sched_getaffinity(0)), "arch": platform.machine()},
+    }
+
+
 def cpu_model() -> str:
     with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
         for line in cpuinfo:

@@ -19,19 +19,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.run import cpu_model  # noqa: E402
+from benchmarks.run import recorded  # noqa: E402
 
 GOAL = 0.3
 EXAMPLE = "/opt/torchstack/examples/warm.py"
@@ -63,9 +60,7 @@ def main() -> None:
         raise SystemExit(f"warm: the runs did not answer as meant: {said}")
     ratio = statistics.median(baked) / statistics.median(cold)
     result = {
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
-        "command": " ".join(["python3", "benchmarks/warm.py", *sys.argv[1:]]),
-        "machine": {"cpu": cpu_model(), "cores": len(os.sched_getaffinity(0)), "arch": platform.machine()},
+        **recorded("warm.py"),
         "image": args.image,
         "cold": {"median_s": round(statistics.median(cold), 2), "runs_s": [round(s, 2) for s in cold], "said": said["cold"]},
         "baked": {"median_s": round(statistics.median(baked), 2), "runs_s": [round(s, 2) for s in baked], "said": said["baked"]},
