@@ -147,15 +147,19 @@ def zstd_registry(client, registry):
     untag(client, f"{registry}/zstd/")
 
 
-def test_zstd_layers_are_pushed_pulled_by_podman_and_pass_the_checks(x86_build, registry, zstd_registry, tmp_path):
+def test_zstd_layers_are_pushed_signed_listed_pulled_by_podman_and_pass_the_checks(
+    x86_build, registry, zstd_registry, cosign_keys, tmp_path
+):
     """--compression zstd: the README's release image pushed by skopeo with zstd layers (an OCI
-    manifest; its stages, for other hosts' --cache-from, stay gzip), pulled by an empty Podman engine
-    of its own, which reads zstd, and checked there. Not the session's Podman engine: a Podman that
-    pulled zstd blobs reuses them when it pushes layers of the same content (its blob cache), which
-    would change what the Podman tests push."""
+    manifest; its stages, for other hosts' --cache-from, stay gzip) and signed; verify accepts it,
+    and a multi-architecture tag made of it (manifest) verifies too. Pulled by an empty Podman
+    engine of its own, which reads zstd, and checked there. Not the session's Podman engine: a
+    Podman that pulled zstd blobs reuses them when it pushes layers of the same content (its blob
+    cache), which would change what the Podman tests push."""
     summary = tmp_path / "zstd.json"
-    push = ["--push", "--compression", "zstd", "--registry", zstd_registry, "--json", str(summary)]
-    sent = run_build_py(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), *push)
+    private, public = (str(key) for key in cosign_keys["ours"])
+    push = ["--push", "--compression", "zstd", "--registry", zstd_registry, "--sign", private, "--json", str(summary)]
+    sent = run_build_py(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), *push, env=cosign_keys["env"])
     assert sent.returncode == 0, sent.stdout[-3000:] + sent.stderr[-3000:]
     release = json.loads(summary.read_text())["pushed"][-1]
     reference = release["reference"]
@@ -168,6 +172,20 @@ def test_zstd_layers_are_pushed_pulled_by_podman_and_pass_the_checks(x86_build, 
         manifest = json.load(answer)
     assert manifest["mediaType"] == "application/vnd.oci.image.manifest.v1+json", manifest
     assert {layer["mediaType"] for layer in manifest["layers"]} == {ZSTD_LAYER}, manifest["layers"]
+
+    # Signed and attested by digest, as a gzip push is: verify names the zstd manifest.
+    verified = run_build_py("verify", reference, "--key", public)
+    assert verified.returncode == 0, verified.stderr[-2000:]
+    assert verified.stdout.strip() == f"{reference.rpartition(':')[0]}@{release['digest']}", verified.stdout
+    # A multi-architecture tag over it (one architecture here), signed with each image in it.
+    listed = f"{zstd_registry}/torchstack:zstd-list"
+    made = run_build_py("manifest", listed, reference, "--arch", "x86_64", "--sign", private, env=cosign_keys["env"])
+    assert made.returncode == 0, made.stderr[-3000:]
+    assert listed_architectures(registry, f"{repository.rpartition('/')[0]}/torchstack", "zstd-list") == ["amd64"]
+    verified = run_build_py("verify", listed, "--key", public)
+    assert verified.returncode == 0, verified.stderr[-2000:]
+    assert [line.split()[3].rstrip(":") for line in verified.stderr.splitlines() if "verified" in line] == [release["digest"]], verified.stderr
+
     with podman_engine(registry) as podman:
         pulled = podman_cli(podman, "pull", f"{registry}/{repository}@{release['digest']}")
         assert pulled.returncode == 0, pulled.stderr
