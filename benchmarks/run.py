@@ -300,7 +300,7 @@ def final_only_rebuild(wheelhouse: str) -> dict:
         copy = repo_copy(Path(tmp) / "torchstack")
         template = copy / "templates" / "final.Dockerfile.j2"
         text = template.read_text()
-        marker = "{{ common.preamble(stage.parent_image) }}\n"
+        marker = '{{ common.preamble(stage.parent_image, "runtime") }}\n'
         assert marker in text, "the final template's runtime part moved: update the benchmark"
         template.write_text(text.replace(marker, marker + f"ENV TORCHSTACK_BENCHMARK_CHANGE={tag}\n", 1))
         seconds, summary = toolkit(*README_ARGS, "--torch-wheel", wheelhouse, "--tag", tag, "--no-test", cwd=copy)
