@@ -184,7 +184,8 @@ def test_zstd_layers_are_pushed_signed_listed_pulled_by_podman_and_pass_the_chec
     assert listed_architectures(registry, f"{repository.rpartition('/')[0]}/torchstack", "zstd-list") == ["amd64"]
     verified = run_build_py("verify", listed, "--key", public)
     assert verified.returncode == 0, verified.stderr[-2000:]
-    assert [line.split()[3].rstrip(":") for line in verified.stderr.splitlines() if "verified" in line] == [release["digest"]], verified.stderr
+    digests = [line.split()[3].rstrip(":") for line in verified.stderr.splitlines() if "verified" in line]
+    assert digests == [release["digest"]], verified.stderr
 
     with podman_engine(registry) as podman:
         pulled = podman_cli(podman, "pull", f"{registry}/{repository}@{release['digest']}")
