@@ -110,12 +110,15 @@ class Ahead:
 
     @staticmethod
     def wanted(chosen: connection.Engine, plan: Plan, run: RunOptions) -> StagePlan | None:
-        """The final stage, where it is built with the legacy builder on Docker, from its cache,
-        after other stages than the one it is FROM; else None (BuildKit builds the part beside the
-        rest of the final's Dockerfile itself)."""
+        """The final stage, where it is built with the legacy builder on Docker, from the engine's
+        own cache, after other stages than the one it is FROM; else None. BuildKit builds the part
+        beside the rest of the final's Dockerfile itself; given --cache-from, the legacy builder
+        reuses only the steps of the images named there."""
         final = plan.stages[-1]
         between = [s for s in plan.stages if s.image not in (final.parent_image, final.image)]
-        if final.name != RELEASE_STAGE or not between or plan.builder == "buildx" or chosen.kind != "docker" or run.no_cache:
+        if final.name != RELEASE_STAGE or not between or plan.builder == "buildx" or chosen.kind != "docker":
+            return None
+        if run.no_cache or run.cache_from:
             return None
         return final if shutil.which("docker") else None
 

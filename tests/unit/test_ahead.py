@@ -29,6 +29,7 @@ def test_the_readme_build_on_docker_builds_the_final_stages_packages_ahead(plan_
         (PODMAN, {}, RunOptions(), "Podman's builder"),
         (DOCKER, {"builder": "buildx"}, RunOptions(), "BuildKit builds the final's parts side by side itself"),
         (DOCKER, {}, RunOptions(no_cache=True), "--no-cache takes nothing from the cache"),
+        (DOCKER, {}, RunOptions(cache_from="localhost:5000/ml"), "given --cache-from, the legacy builder reuses only its images' steps"),
         (DOCKER, {"build_type": "tools"}, RunOptions(), "no final stage"),
     ],
 )
