@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import shutil
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -96,17 +98,28 @@ class Ahead:
     beside the stages between them. The legacy builder builds one stage at a time, so the final's
     apt-get would wait for numpy's compile; built ahead, untagged, its steps are in the engine's
     cache when the final stage's build comes to them. Through the engine's CLI, in a process of its
-    own that a stopped run ends (the engine then stops the build and removes its container). A
-    failure here changes nothing: the final stage builds the part itself, and says why."""
+    own that a stopped run ends (the engine then stops the build and removes its container), under
+    a lock named by what it builds: equal runs at once build it once, and their final stages find
+    one cached step, not two of the same. A failure here changes nothing: the final stage builds
+    the part itself, and says why."""
 
     def __init__(self, chosen: connection.Engine, plan: Plan, final: StagePlan, folder: Path, secrets: BuildSecrets):
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "Dockerfile").write_text(render_dockerfile(plan, final, secrets))
+        dockerfile = render_dockerfile(plan, final, secrets)
+        (folder / "Dockerfile").write_text(dockerfile)
+        lines = dockerfile.splitlines()
+        starts = [i for i, line in enumerate(lines) if line.startswith("FROM ")]
+        part = "\n".join(lines[starts[0] : starts[1] if len(starts) > 1 else None])
+        self.name = f"{chosen.url} {AHEAD_TARGET} {hashlib.sha256(part.encode()).hexdigest()[:16]}"
         self.output = folder / "output.log"
         self.command = ["docker", "build", "--target", AHEAD_TARGET, "--platform", plan.platform, "--network", "host"]
         self.command += ["--rm", "--force-rm", str(folder)]
         self.env = {**os.environ, "DOCKER_HOST": chosen.url, "DOCKER_BUILDKIT": "0"}
         self.process: subprocess.Popen | None = None
+        self.thread: threading.Thread | None = None
+        self.status: int | None = None
+        self.stopping = False
+        self.guard = threading.Lock()
 
     @staticmethod
     def wanted(chosen: connection.Engine, plan: Plan, run: RunOptions) -> StagePlan | None:
@@ -124,31 +137,43 @@ class Ahead:
 
     def start(self, view: BuildView) -> None:
         view.note("torchstack: building the final stage's OS packages beside the stages before it")
-        with self.output.open("w") as out:
-            self.process = subprocess.Popen(
-                self.command, stdout=out, stderr=subprocess.STDOUT, env=self.env, preexec_fn=sharing.die_with_parent
-            )
+        self.thread = threading.Thread(target=self._build, args=(view,), daemon=True)
+        self.thread.start()
+
+    def _build(self, view: BuildView) -> None:
+        doing = "building the final stage's OS packages"
+        with sharing.lock(sources.state_dir() / "locks", self.name, view.note, doing), self.output.open("w") as out:
+            with self.guard:
+                if self.stopping:
+                    return
+                self.process = subprocess.Popen(
+                    self.command, stdout=out, stderr=subprocess.STDOUT, env=self.env, preexec_fn=sharing.die_with_parent
+                )
+            self.status = self.process.wait()
 
     def wait(self, view: BuildView) -> None:
         """Wait for it; its output goes into the run's log."""
-        if self.process is None:
+        if self.thread is None:
             return
-        status = self.process.wait()
-        self.process = None
+        self.thread.join()
+        self.thread = None
         view.record(f"\n===== the final stage's OS packages, built ahead ({AHEAD_TARGET}) =====")
-        view.record(self.output.read_text(errors="replace").rstrip())
-        if status != 0:
-            view.note(f"torchstack: the final stage's OS packages were not built ahead (exit status {status}); the final stage builds them")
+        view.record(self.output.read_text(errors="replace").rstrip() if self.output.is_file() else "")
+        if self.status != 0:
+            view.note(
+                f"torchstack: the final stage's OS packages were not built ahead (exit status {self.status}); the final stage builds them"
+            )
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.process = None
+        """End it where it stands (an interrupted run). A thread still waiting for the lock is left
+        to end with the run."""
+        with self.guard:
+            self.stopping = True
+            started = self.process is not None
+            if started and self.process.poll() is None:
+                self.process.terminate()
+        if started and self.thread is not None:
+            self.thread.join(timeout=30)
 
 
 def build_stages(
