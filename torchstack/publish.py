@@ -137,17 +137,20 @@ def push(
 
 
 def _push_zstd(daemon: str, remote: str, say: Callable[[str], None]) -> Pushed:
-    """`remote` (tagged in the engine) copied to its registry by skopeo with zstd layers (compressed
-    afresh: a push through the engine would send its gzip layers), as an OCI manifest."""
+    """`remote` (tagged in the engine) copied to its registry by skopeo with zstd layers, as an OCI
+    manifest: compressed afresh into an OCI layout first, then pushed as it is (--preserve-digests).
+    In one copy, bookworm's skopeo (1.9) sends a gzip blob instead of compressing a layer wherever
+    its blob cache, which root's Podman shares, knows the registry holds one of the same content;
+    and a push through the engine would send its gzip layers."""
     host = remote.split("/", 1)[0]
     say(f"torchstack: pushing {remote} with zstd layers (skopeo copies it from the engine and compresses each layer)")
-    with tempfile.TemporaryDirectory() as work:
-        digest_file = Path(work) / "digest"
-        command = ["copy", "--quiet", "--retry-times", str(ATTEMPTS), "--format", "oci", "--dest-compress-format", "zstd"]
-        command += ["--digestfile", str(digest_file), "--src-daemon-host", daemon]
-        if is_loopback(host):
-            command.append("--dest-tls-verify=false")
-        _cli("skopeo", *command, f"docker-daemon:{remote}", f"docker://{remote}")
+    tls = ["--dest-tls-verify=false"] if is_loopback(host) else []
+    with tempfile.TemporaryDirectory(prefix="torchstack-zstd-") as work:
+        layout, digest_file = f"oci:{Path(work) / 'layout'}:image", Path(work) / "digest"
+        compress = ["--quiet", "--format", "oci", "--dest-compress-format", "zstd", "--src-daemon-host", daemon]
+        _cli("skopeo", "copy", *compress, f"docker-daemon:{remote}", layout)
+        send = ["--quiet", "--retry-times", str(ATTEMPTS), "--preserve-digests", "--digestfile", str(digest_file), *tls]
+        _cli("skopeo", "copy", *send, layout, f"docker://{remote}")
         digest = digest_file.read_text().strip()
     return Pushed(remote, digest, None, 0, 1)
 
