@@ -117,7 +117,7 @@ class Ahead:
         self.env = {**os.environ, "DOCKER_HOST": chosen.url, "DOCKER_BUILDKIT": "0"}
         self.process: subprocess.Popen | None = None
         self.thread: threading.Thread | None = None
-        self.status: int | None = None
+        self.status: int | str | None = None  # the CLI's exit status, or why it did not run
         self.stopping = False
         self.guard = threading.Lock()
 
@@ -142,14 +142,17 @@ class Ahead:
 
     def _build(self, view: BuildView) -> None:
         doing = "building the final stage's OS packages"
-        with sharing.lock(sources.state_dir() / "locks", self.name, view.note, doing), self.output.open("w") as out:
-            with self.guard:
-                if self.stopping:
-                    return
-                self.process = subprocess.Popen(
-                    self.command, stdout=out, stderr=subprocess.STDOUT, env=self.env, preexec_fn=sharing.die_with_parent
-                )
-            self.status = self.process.wait()
+        try:
+            with sharing.lock(sources.state_dir() / "locks", self.name, view.note, doing), self.output.open("w") as out:
+                with self.guard:
+                    if self.stopping:
+                        return
+                    self.process = subprocess.Popen(
+                        self.command, stdout=out, stderr=subprocess.STDOUT, env=self.env, preexec_fn=sharing.die_with_parent
+                    )
+                self.status = self.process.wait()
+        except OSError as exc:  # the lock's folder, the log, the CLI: the final stage builds the part itself
+            self.status = f"{exc.strerror or exc}"
 
     def wait(self, view: BuildView) -> None:
         """Wait for it; its output goes into the run's log."""
@@ -160,9 +163,8 @@ class Ahead:
         view.record(f"\n===== the final stage's OS packages, built ahead ({AHEAD_TARGET}) =====")
         view.record(self.output.read_text(errors="replace").rstrip() if self.output.is_file() else "")
         if self.status != 0:
-            view.note(
-                f"torchstack: the final stage's OS packages were not built ahead (exit status {self.status}); the final stage builds them"
-            )
+            why = f"exit status {self.status}" if isinstance(self.status, int) else self.status
+            view.note(f"torchstack: the final stage's OS packages were not built ahead ({why}); the final stage builds them")
 
     def stop(self) -> None:
         """End it where it stands (an interrupted run). A thread still waiting for the lock is left

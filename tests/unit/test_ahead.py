@@ -54,3 +54,28 @@ def test_the_part_built_ahead_needs_only_the_base_stage_and_holds_the_final_imag
     for package in plan.payload.packages:
         assert f" {package}" in first, (package, first)
     assert f"\nFROM {AHEAD_TARGET}\n" in dockerfile
+
+
+class _View:
+    def __init__(self):
+        self.notes, self.records = [], []
+
+    def note(self, text):
+        self.notes.append(text)
+
+    def record(self, text):
+        self.records.append(text)
+
+
+@pytest.mark.parametrize(("command", "why"), [(["false"], "exit status 1"), (["/nonexistent/docker"], "No such file or directory")])
+def test_a_part_that_fails_ahead_is_one_line_and_left_to_the_final_stage(plan_for, tmp_path, monkeypatch, command, why):
+    monkeypatch.setenv("TORCHSTACK_CACHE", str(tmp_path / "cache"))
+    plan = plan_for(**README)
+    ahead = Ahead(DOCKER, plan, plan.stages[-1], tmp_path / "ahead", building.BuildSecrets())
+    ahead.command = command
+    view = _View()
+    ahead.start(view)
+    ahead.wait(view)
+    ahead.stop()
+    assert view.notes[-1] == f"torchstack: the final stage's OS packages were not built ahead ({why}); the final stage builds them"
+    assert (tmp_path / "ahead" / "Dockerfile").read_text() == render_dockerfile(plan, plan.stages[-1])
