@@ -10,7 +10,6 @@ distro), and records when each part ended, from the time each line of its output
 
 - bootstrap: the Debian OS image made from the archive;
 - each stage's build (base, libs, tools with numpy's compile, dev, final), as --json reports it;
-- the final stage's OS packages, built beside the stages before it;
 - the checks.
 
 The host's set-up (scripts/setup-host.sh) is not in it: run the README's whole first command on a
@@ -117,10 +116,6 @@ def main() -> None:
         "image": summary["final_image"],
         "bootstrap_s": round(bootstrap, 1) if bootstrap is not None else None,
         "stages_s": {s["stage"]: round(s["seconds"], 1) for s in summary["stages"]},
-        "final_packages_ahead": {
-            "started_at_s": first(lines, "OS packages beside the stages before it"),
-            "not_built_ahead": any("were not built ahead" in line for _, line in lines),
-        },
         "checks_s": summary["checks_seconds"],
         "checks": summary["checks"],
         "build_s": total,

@@ -86,11 +86,6 @@ class BuildView:
                 f"[{stage}] step {progress.step}/{progress.steps}: {progress.instruction[:110]}", highlight=False, markup=False
             )
 
-    def record(self, text: str) -> None:
-        """Into the log only."""
-        self._log.write(text + "\n")
-        self._log.flush()
-
     def note(self, text: str) -> None:
         self._log.write(text + "\n")
         if not self.quiet:
