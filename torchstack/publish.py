@@ -6,7 +6,6 @@ reads it; nothing here prints them."""
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import re
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import docker
 
-from torchstack import tags
+from torchstack import registry, tags
 from torchstack.errors import ToolkitError, UsageProblem
 from torchstack.plan import RELEASE_STAGE, Plan, StagePlan
 
@@ -32,6 +31,8 @@ _TRANSIENT = re.compile(
 _AUTH = re.compile(r"unauthorized|authentication required|no basic auth credentials|denied|forbidden", re.IGNORECASE)
 _TLS = re.compile(r"x509|certificate|tls:|HTTP response to HTTPS client", re.IGNORECASE)
 ATTEMPTS = 3
+# The layers a push of the engine's own compression sends.
+GZIP_LAYERS = {"application/vnd.docker.image.rootfs.diff.tar.gzip", "application/vnd.oci.image.layer.v1.tar+gzip"}
 # What a refused push tells the user to do, per engine.
 LOGIN = {
     "docker": "log in with `docker login {host}` (credentials are read from the Docker config)",
@@ -121,6 +122,8 @@ def push(
     for attempt in range(1, ATTEMPTS + 1):
         try:
             digest, layers, already = _push_once(client, repository, tag, say)
+            if engine == "podman":
+                _as_checked(f"{repository}@{digest}", client.images.get(local).id, say)
             return Pushed(remote, digest, len(layers) or None, len(already), attempt)
         except (docker.errors.APIError, _RegistrySaid, OSError) as problem:
             message = _one_line(problem)
@@ -144,7 +147,7 @@ def _push_zstd(daemon: str, remote: str, say: Callable[[str], None]) -> Pushed:
     and a push through the engine would send its gzip layers."""
     host = remote.split("/", 1)[0]
     say(f"torchstack: pushing {remote} with zstd layers (skopeo copies it from the engine and compresses each layer)")
-    tls = ["--dest-tls-verify=false"] if is_loopback(host) else []
+    tls = ["--dest-tls-verify=false"] if registry.is_loopback(host) else []
     with tempfile.TemporaryDirectory(prefix="torchstack-zstd-") as work:
         layout, digest_file = f"oci:{Path(work) / 'layout'}:image", Path(work) / "digest"
         compress = ["--quiet", "--format", "oci", "--dest-compress-format", "zstd", "--src-daemon-host", daemon]
@@ -153,6 +156,31 @@ def _push_zstd(daemon: str, remote: str, say: Callable[[str], None]) -> Pushed:
         _cli("skopeo", "copy", *send, layout, f"docker://{remote}")
         digest = digest_file.read_text().strip()
     return Pushed(remote, digest, None, 0, 1)
+
+
+def _as_checked(pushed: str, image_id: str, say: Callable[[str], None]) -> None:
+    """Refuses in one line a Podman push that the registry holds as another image than the checked
+    one. Podman before 4.6 sends, in place of a layer's gzip blob, a blob of the same content that
+    its blob-info cache (shared with skopeo: after a --compression zstd push, say) knows the
+    registry holds with other compression, and then rewrites the manifest as OCI with another
+    configuration. Not read back: said in a line, and the push stands."""
+    reference = registry.parse(pushed)
+    try:
+        _, manifest = registry.Registry(reference.host).manifest(reference)
+    except registry.RegistryProblem as problem:
+        say(f"torchstack: {pushed} could not be read back to compare it with the checked image: {problem}")
+        return
+    config = manifest.get("config", {}).get("digest")
+    others = sorted({layer.get("mediaType", "?") for layer in manifest.get("layers", [])} - GZIP_LAYERS)
+    if config == image_id and not others:
+        return
+    raise PushFailed(
+        f"{pushed} is not the checked image {image_id}: the registry holds configuration {config}"
+        + (f" and {', '.join(others)} layers" if others else "")
+        + "; Podman before 4.6 sends a layer the registry already holds with other compression (its blob-info cache "
+        "names it) and rewrites the image: remove blob-info-cache-v1.boltdb from /var/lib/containers/cache "
+        "(~/.local/share/containers/cache for a rootless Podman) and push again"
+    )
 
 
 class _RegistrySaid(Exception):
@@ -212,7 +240,7 @@ def join_architectures(
         # Podman reads an image's platform only into a list of its own: the list is made first,
         # source by source, and removed however the join ends.
         scratch = f"torchstack-manifest-{os.getpid()}"
-        tls = [f"--tls-verify={'false' if is_loopback(host) else 'true'}"]
+        tls = [f"--tls-verify={'false' if registry.is_loopback(host) else 'true'}"]
         _cli("podman", "manifest", "create", scratch)
         try:
 
@@ -229,7 +257,7 @@ def join_architectures(
         finally:
             subprocess.run(["podman", "manifest", "rm", scratch], capture_output=True)
     else:
-        insecure = ["--insecure"] if is_loopback(host) else []  # as the engine: plain HTTP on loopback only
+        insecure = ["--insecure"] if registry.is_loopback(host) else []  # as the engine: plain HTTP on loopback only
 
         def platforms(source: str) -> list[str]:
             answer = json.loads(_cli("docker", "manifest", "inspect", "--verbose", *insecure, source, missing_is_usage=True))
@@ -291,13 +319,3 @@ def _cli(tool: str, *args: str, missing_is_usage: bool = False) -> str:
             raise UsageProblem(f"{args[-1].removeprefix('docker://')}: not in the registry ({message})")
         raise PushFailed(f"{tool} {' '.join(args[:2])} {args[-1]} failed: {message}")
     return result.stdout
-
-
-def is_loopback(host: str) -> bool:
-    name = host.rsplit(":", 1)[0].strip("[]") if host.count(":") <= 1 or host.startswith("[") else host
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False

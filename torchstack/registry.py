@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import os
 import re
@@ -12,7 +13,6 @@ from pathlib import Path
 import requests
 
 from torchstack.errors import ToolkitError, UsageProblem
-from torchstack.publish import is_loopback
 
 # Both generations of image manifests and lists: Docker's and OCI's.
 ACCEPT = ", ".join(
@@ -24,6 +24,17 @@ ACCEPT = ", ".join(
     ]
 )
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+_LOG_IN = "log in with `docker login {host}` or `podman login {host}`"
+
+
+def is_loopback(host: str) -> bool:
+    name = host.rsplit(":", 1)[0].strip("[]") if host.count(":") <= 1 or host.startswith("[") else host
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 class RegistryProblem(ToolkitError):
@@ -59,28 +70,38 @@ def parse(text: str) -> Reference:
     return Reference(host, repository, tag or None, digest or None)
 
 
-def _docker_auth(host: str) -> tuple[str, str] | None:
-    """The user and password `docker login HOST` stored in the Docker config, if it stored them there."""
-    config = Path(os.environ.get("DOCKER_CONFIG", Path.home() / ".docker")) / "config.json"
-    try:
-        entry = json.loads(config.read_text()).get("auths", {}).get(host, {})
-    except (OSError, ValueError):
-        return None
-    if not entry.get("auth"):
-        return None
-    user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
-    return user, password
+def _auth_files() -> list[Path]:
+    """Where logins are stored, in the order Podman and skopeo read them: REGISTRY_AUTH_FILE,
+    Podman's auth.json (`podman login`), then the Docker config (`docker login`)."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    podman = Path(runtime, "containers") if runtime else Path(f"/run/containers/{os.getuid()}")
+    docker = Path(os.environ.get("DOCKER_CONFIG", Path.home() / ".docker"))
+    named = os.environ.get("REGISTRY_AUTH_FILE")
+    return [*([Path(named)] if named else []), podman / "auth.json", docker / "config.json"]
+
+
+def _login(host: str) -> tuple[str, str] | None:
+    """The user and password a login to `host` stored (`_auth_files`), if one stored them there."""
+    for path in _auth_files():
+        try:
+            entry = json.loads(path.read_text()).get("auths", {}).get(host, {})
+        except (OSError, ValueError):
+            continue
+        if entry.get("auth"):
+            user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
+            return user, password
+    return None
 
 
 class Registry:
     """One registry host, over HTTPS (plain HTTP on loopback, as the engine allows), with the
-    Docker config's login and the token the registry asks for."""
+    login Podman or Docker stored and the token the registry asks for."""
 
     def __init__(self, host: str):
         self.host = host
         self.base = f"{'http' if is_loopback(host) else 'https'}://{host}/v2"
         self.session = requests.Session()
-        self.auth = _docker_auth(host)
+        self.auth = _login(host)
 
     def _get(self, path: str, accept: str = "*/*") -> requests.Response:
         url = f"{self.base}/{path}"
@@ -96,7 +117,7 @@ class Registry:
         if answer.status_code == 404:
             raise RegistryProblem(f"{self.host}/{path.replace('/manifests/', ':', 1)}: not in the registry")
         if answer.status_code >= 400:
-            raise RegistryProblem(f"{self.host}: {answer.status_code} for {path} (log in with `docker login {self.host}`)")
+            raise RegistryProblem(f"{self.host}: {answer.status_code} for {path} (" + _LOG_IN.format(host=self.host) + ")")
         return answer
 
     def _token(self, challenge: str) -> None:
@@ -104,7 +125,7 @@ class Registry:
         params = {k: v for k, v in fields.items() if k in ("service", "scope")}
         answer = requests.get(fields.get("realm", ""), params=params, auth=self.auth, timeout=60)
         if answer.status_code >= 400:
-            raise RegistryProblem(f"{self.host}: no token ({answer.status_code}); log in with `docker login {self.host}`")
+            raise RegistryProblem(f"{self.host}: no token ({answer.status_code}); " + _LOG_IN.format(host=self.host))
         token = answer.json().get("token") or answer.json().get("access_token")
         self.session.headers["Authorization"] = f"Bearer {token}"
 

@@ -4,10 +4,12 @@ a registry that needs a login refuses the push in one line."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import subprocess
 import urllib.request
+import uuid
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ import pytest
 from tests.engine.conftest import listed_architectures, untag
 from tests.engine.hosts import free_port, running_registry
 from tests.engine.images import X86_ARGS, run_build_py, x86_wheelhouse
+from torchstack import publish
 
 pytestmark = pytest.mark.engine
 
@@ -163,3 +166,62 @@ def test_inspect_of_an_image_that_is_not_here_or_not_ours_is_one_line(client, x8
     foreign = run_build_py("inspect", x86_build["stages"][0]["image"])
     assert foreign.returncode == 0 and "sbom          none in this image" in foreign.stdout, foreign.stdout + foreign.stderr
     assert base.labels["io.torchstack.stage"] == "base"
+
+
+def _put_image(address: str, repository: str, manifest_type: str, layer_type: str, config: bytes) -> str:
+    """An image put into the registry over its HTTP API, as a push leaves one: its blobs (the layer's
+    bytes do not matter to the registry), then its manifest. Returns the manifest's digest."""
+
+    def blob(data: bytes) -> dict:
+        digest = f"sha256:{hashlib.sha256(data).hexdigest()}"
+        request = urllib.request.Request(f"http://{address}/v2/{repository}/blobs/uploads/", method="POST")
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            location = answer.headers["Location"]
+        upload = f"{location}{'&' if '?' in location else '?'}digest={digest}"
+        octets = {"Content-Type": "application/octet-stream"}
+        urllib.request.urlopen(urllib.request.Request(upload, data=data, method="PUT", headers=octets), timeout=10).close()
+        return {"digest": digest, "size": len(data)}
+
+    oci = manifest_type.startswith("application/vnd.oci")
+    config_type = "application/vnd.oci.image.config.v1+json" if oci else "application/vnd.docker.container.image.v1+json"
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": manifest_type,
+        "config": {"mediaType": config_type, **blob(config)},
+        "layers": [{"mediaType": layer_type, **blob(uuid.uuid4().bytes * 64)}],
+    }
+    body = json.dumps(manifest).encode()
+    request = urllib.request.Request(
+        f"http://{address}/v2/{repository}/manifests/latest", data=body, method="PUT", headers={"Content-Type": manifest_type}
+    )
+    urllib.request.urlopen(request, timeout=10).close()
+    return f"sha256:{hashlib.sha256(body).hexdigest()}"
+
+
+def test_a_podman_push_the_registry_holds_as_another_image_is_refused_with_what_to_do(registry):
+    """What Podman before 4.6 leaves in a registry when its blob-info cache names zstd layers of
+    the same content there (an earlier --compression zstd push): an OCI manifest with zstd layers
+    and a rewritten configuration. Read back after the push, it is refused in one line; the image
+    as built is not; a registry that cannot be read back is said, and the push stands."""
+    built = json.dumps({"architecture": "amd64", "os": "linux", "config": {}, "rootfs": {"type": "layers", "diff_ids": []}}).encode()
+    image_id = f"sha256:{hashlib.sha256(built).hexdigest()}"
+    docker_gzip = ("application/vnd.docker.distribution.manifest.v2+json", "application/vnd.docker.image.rootfs.diff.tar.gzip")
+    as_built = _put_image(registry, "as-built/torchstack", *docker_gzip, built)
+    rewritten = _put_image(
+        registry,
+        "rewritten/torchstack",
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.oci.image.layer.v1.tar+zstd",
+        json.dumps(json.loads(built)).encode() + b"\n",
+    )
+    said: list[str] = []
+    publish._as_checked(f"{registry}/as-built/torchstack@{as_built}", image_id, said.append)
+    assert said == []
+    with pytest.raises(publish.PushFailed) as refused:
+        publish._as_checked(f"{registry}/rewritten/torchstack@{rewritten}", image_id, said.append)
+    line = str(refused.value)
+    assert "\n" not in line and f"is not the checked image {image_id}" in line, line
+    assert "application/vnd.oci.image.layer.v1.tar+zstd layers" in line and "blob-info-cache-v1.boltdb" in line, line
+    nowhere = f"127.0.0.1:{free_port()}/as-built/torchstack@{as_built}"
+    publish._as_checked(nowhere, image_id, said.append)
+    assert len(said) == 1 and said[0].startswith(f"torchstack: {nowhere} could not be read back"), said
