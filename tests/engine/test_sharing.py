@@ -81,6 +81,8 @@ def test_a_run_stopped_during_its_checks_leaves_no_container_no_tag_no_context_a
     for line in build.stderr:
         if line.startswith("torchstack: checking "):
             break
+    # The session's runs so far: each had the seconds until the signal to sweep at its start.
+    runs_before = len(session.owners())
     _wait_for_a_container(client, build, owner)
     time.sleep(2)
     build.send_signal(sent)
@@ -97,13 +99,13 @@ def test_a_run_stopped_during_its_checks_leaves_no_container_no_tag_no_context_a
     assert f"torchstack:{unique_tag}" not in {t for image in client.images.list() for t in image.tags}
 
     summary = tmp_path / "again.json"
-    runs_before = len(session.owners())
     again = run_build_py(*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--tag", unique_tag, "--no-test", "--json", str(summary))
     assert again.returncode == 0, again.stderr[-3000:]
     assert [s["status"] for s in json.loads(summary.read_text())["stages"]] == ["cached"] * 5
     assert not leftovers_of(client, owner)
     # The next run on the host removes what the killed one left, and says so: this rebuild, where no
-    # other run of the session (images.py builds beside the tests) started meanwhile and got there first.
+    # other run of the session (images.py builds beside the tests) started since the checks began,
+    # which could sweep first.
     if sent == signal.SIGKILL and len(session.owners()) == runs_before + 1:
         assert "torchstack: removed what ended runs left behind: " in again.stderr, again.stderr[-2000:]
 
