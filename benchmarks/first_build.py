@@ -3,10 +3,10 @@
 
     sudo python3 benchmarks/first_build.py [--json FILE]
 
-Starts a Docker engine of its own (its own data root, socket and bridge-less network; the host's
-engine and its images are not touched) and an empty toolkit cache, so that nothing is cached, as
-on a new host. Runs the README's build there once (./build.py --torch-from wheel --openblas-from
-distro), and records when each part ended, from the time each line of its output came:
+Starts a Docker engine of its own (tests/engine/hosts.py's second engine: its own data root,
+socket and bridge; the host's engine and its images are not touched) and an empty toolkit cache,
+so that nothing is cached, as on a new host. Runs the README's build there once (./build.py
+--torch-from wheel --openblas-from distro), and records when each part ended, from the time each line of its output came:
 
 - bootstrap: the Debian OS image made from the archive;
 - each stage's build (base, libs, tools with numpy's compile, dev, final), as --json reports it;
@@ -33,40 +33,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.run import README_ARGS, recorded  # noqa: E402
+from tests.engine.hosts import second_engine  # noqa: E402
 
 GOAL_S = 240
-
-
-def engine(folder: Path):
-    """dockerd on an empty data root in `folder`; its DOCKER_HOST and process."""
-    socket = folder / "docker.sock"
-    command = [
-        "dockerd",
-        f"--data-root={folder / 'data'}",
-        f"--exec-root={folder / 'exec'}",
-        f"--pidfile={folder / 'pid'}",
-        f"--host=unix://{socket}",
-        "--bridge=none",  # builds run on the host's network (build.py asks for it)
-        "--iptables=false",
-        "--ip-masq=false",
-    ]
-    daemon = subprocess.Popen(command, stdout=(folder / "dockerd.log").open("w"), stderr=subprocess.STDOUT)
-    host = f"unix://{socket}"
-    for _ in range(60):
-        if subprocess.run(["docker", "info"], env={**os.environ, "DOCKER_HOST": host}, capture_output=True).returncode == 0:
-            return host, daemon
-        time.sleep(1)
-    daemon.terminate()
-    raise SystemExit(f"first_build: the engine did not start; see {folder / 'dockerd.log'}")
-
-
-def stop(daemon: subprocess.Popen, folder: Path) -> None:
-    daemon.terminate()
-    daemon.wait(timeout=120)
-    mounted = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
-    for point in sorted((m for m in mounted if m.startswith(f"{folder}/")), reverse=True):
-        subprocess.run(["umount", "-l", point], capture_output=True)
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def timed_lines(command: list[str], env: dict) -> tuple[int, list[tuple[float, str]]]:
@@ -88,22 +57,18 @@ def main() -> None:
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("first_build: run as root (it starts an engine of its own)")
-    folder = Path(tempfile.mkdtemp(prefix="tsfb-", dir="/var/tmp"))
-    host, daemon = engine(folder)
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            summary_file = Path(tmp) / "summary.json"
-            env = {**os.environ, "DOCKER_HOST": host, "TORCHSTACK_CACHE": str(folder / "cache")}
-            command = [sys.executable, "build.py", *README_ARGS, "--json", str(summary_file)]
-            status, lines = timed_lines(command, env)
-            if args.log:
-                for log in (folder / "cache" / "logs").glob("*.log"):
-                    shutil.copy2(log, args.log)
-            if status != 0:
-                raise SystemExit("first_build: the build failed:\n" + "\n".join(line for _, line in lines[-30:]))
-            summary = json.loads(summary_file.read_text())
-    finally:
-        stop(daemon, folder)
+    tempfile.tempdir = "/var/tmp"  # the engine's storage and the cache: on disk, not a tmpfs
+    with second_engine() as host, tempfile.TemporaryDirectory(prefix="tsfb-") as tmp:
+        summary_file, cache = Path(tmp) / "summary.json", Path(tmp) / "cache"
+        env = {**os.environ, "DOCKER_HOST": host, "TORCHSTACK_CACHE": str(cache)}
+        command = [sys.executable, "build.py", *README_ARGS, "--json", str(summary_file)]
+        status, lines = timed_lines(command, env)
+        if args.log:
+            for log in (cache / "logs").glob("*.log"):
+                shutil.copy2(log, args.log)
+        if status != 0:
+            raise SystemExit("first_build: the build failed:\n" + "\n".join(line for _, line in lines[-30:]))
+        summary = json.loads(summary_file.read_text())
     total = lines[-1][0]
     began = first(lines, "bootstrapping it from the Debian archive")
     made = next(
