@@ -113,7 +113,8 @@ def push(
     or podman) decides what a refusal's line tells the user to do. With `zstd_from` (the Docker
     engine's URL), skopeo copies it from that engine with zstd layers instead (`_push_zstd`)."""
     repository, _, tag = remote.rpartition(":")
-    client.images.get(local).tag(repository, tag)
+    image = client.images.get(local)
+    image.tag(repository, tag)
     host = repository.split("/", 1)[0]
     if zstd_from:
         return _push_zstd(zstd_from, remote, say)
@@ -123,7 +124,7 @@ def push(
         try:
             digest, layers, already = _push_once(client, repository, tag, say)
             if engine == "podman":
-                _as_checked(f"{repository}@{digest}", client.images.get(local).id, say)
+                _as_checked(f"{repository}@{digest}", image.id, say)
             return Pushed(remote, digest, len(layers) or None, len(already), attempt)
         except (docker.errors.APIError, _RegistrySaid, OSError) as problem:
             message = _one_line(problem)
