@@ -117,9 +117,12 @@ def test_a_check_run_killed_outright_leaves_containers_that_the_next_check_run_r
     killed = _start("test", image)
     owner = sharing.identity(killed.pid)
     _wait_for_a_container(client, killed, owner)
+    runs_before = len(session.owners())
     killed.kill()
     killed.communicate(timeout=60)
     time.sleep(2)  # its pytest ends with it (sharing.die_with_parent), leaving its containers
+    if not leftovers_of(client, owner) and len(session.owners()) > runs_before:
+        pytest.skip("another run of the session (images.py builds beside the tests) started and removed them first")
     assert leftovers_of(client, owner), "a SIGKILLed check run left nothing: the test proves nothing"
     again = run_build_py("test", image, "-k", "no_build_tools")
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
