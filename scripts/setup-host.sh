@@ -1,20 +1,29 @@
 #!/usr/bin/env bash
-# Prepare a Debian/Ubuntu build host, as root: the container engine, mmdebstrap (to bootstrap the
-# base OS image without a registry), qemu-user registered with binfmt_misc (to build other
-# architectures), and torchstack's Python dependencies. Says what it does; skips what is there.
-#   --engine docker (the default): the Docker engine, buildx, and what the tests need besides
-#     (a registry server; Podman, whose service the tests start on sockets of their own);
-#   --engine podman: Podman and its API service instead, for a host without Docker.
+# Prepare a Debian or Ubuntu build host, as root: the container engine and BuildKit's CLI,
+# mmdebstrap (to bootstrap the base OS image without a registry), qemu-user registered with
+# binfmt_misc (to build other architectures), cosign and skopeo, and the toolkit itself in a virtual
+# environment of its own, .venv in the checkout, made from the host's python3 (never installed into
+# the distribution's Python: PEP 668). ./build.py runs in that venv by itself. Says what it does;
+# skips what is there. Hosts: Debian 12 (bookworm), Debian 13 (trixie), Ubuntu 24.04 (noble).
+#   --engine docker (the default): the Docker engine (a Docker CE host's own packages are kept);
+#   --engine podman: Podman and its API service instead, for a host without Docker;
+#   --tests: also what the engine tests need besides the engine: a registry server, Podman (whose
+#     service the tests start on sockets of their own) and a current Docker engine (Docker 23 or
+#     later, with BuildKit) that the tests start beside the host's where the host's is older;
+#   --toolkit-only: only the toolkit's venv (and python3-venv where the distribution splits it out).
 set -euo pipefail
 
 say() { echo "setup-host: $*"; }
+usage="usage: $0 [--engine docker|podman] [--tests] [--toolkit-only]"
 
-engine=docker
+engine=docker tests='' toolkit_only=''
 while (($#)); do
     case $1 in
         --engine) engine=${2:-}; shift 2 || shift ;;
         --engine=*) engine=${1#--engine=}; shift ;;
-        *) echo "setup-host: unknown argument $1 (usage: $0 [--engine docker|podman])" >&2; exit 2 ;;
+        --tests) tests=1; shift ;;
+        --toolkit-only) toolkit_only=1; shift ;;
+        *) echo "setup-host: unknown argument $1 ($usage)" >&2; exit 2 ;;
     esac
 done
 [[ $engine == docker || $engine == podman ]] \
@@ -25,32 +34,106 @@ if [[ $(id -u) -ne 0 ]]; then
     exit 1
 fi
 
+# The releases set-up knows, by /etc/os-release's ID and codename; each names its packages below.
+# shellcheck source=/dev/null
+release=$( (. /etc/os-release && echo "${ID:-}:${VERSION_CODENAME:-}") 2> /dev/null || true)
+case $release in
+    debian:bookworm | debian:trixie | ubuntu:noble) ;;
+    *)
+        # shellcheck source=/dev/null
+        name=$( (. /etc/os-release && echo "${PRETTY_NAME:-}") 2> /dev/null || true)
+        echo "setup-host: ${name:-this host (no /etc/os-release)} is not a release set-up knows: Debian 12 (bookworm), Debian 13 (trixie), Ubuntu 24.04 (noble)" >&2
+        exit 2
+        ;;
+esac
+
+checkout=$(cd "$(dirname "$0")/.." && pwd)
+installed() { dpkg-query -W -f '${Status}' "$1" 2> /dev/null | grep -q '^install ok installed$'; }
+updated=''
+apt_install() { # package...
+    [[ -n $updated ]] || { apt-get update -qq; updated=1; }
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" > /dev/null
+}
+
+# The toolkit in .venv, made from the host's python3: Debian's and Ubuntu's (3.11, 3.12, 3.13) or
+# one installed outside the distribution. A venv made by another Python is made anew.
+setup_venv() {
+    local python venv=$checkout/.venv found
+    python=$(command -v python3) || { echo "setup-host: no python3 on PATH: apt-get install python3" >&2; exit 2; }
+    found=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+    if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
+        echo "setup-host: $python is Python $found; torchstack needs Python 3.10 or later" >&2
+        exit 2
+    fi
+    if ! "$python" -c 'import ensurepip, venv' 2> /dev/null; then
+        if [[ $python == /usr/bin/* ]]; then
+            say "installing python3-venv and python$found-venv (the distribution keeps venv's pip apart)"
+            apt_install python3-venv "python$found-venv" || true
+        fi
+        "$python" -c 'import ensurepip, venv' 2> /dev/null || {
+            echo "setup-host: $python cannot make a virtual environment (no ensurepip): install python$found-venv (apt-get install python3-venv)" >&2
+            exit 2
+        }
+    fi
+    if [[ -x $venv/bin/python ]] \
+        && [[ $("$venv/bin/python" -c 'import sys; print(sys.base_prefix, sys.version)' 2> /dev/null) == "$("$python" -c 'import sys; print(sys.base_prefix, sys.version)')" ]]; then
+        say "the toolkit's venv is $venv (Python $found)"
+    else
+        say "making the toolkit's venv $venv from $python (Python $found)"
+        rm -rf "$venv"
+        "$python" -m venv "$venv" || { echo "setup-host: $python -m venv $venv failed (apt-get install python$found-venv)" >&2; exit 2; }
+    fi
+    say "installing torchstack and its Python dependencies into it (pip install -e .[dev])"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "${checkout}[dev]"
+}
+
+if [[ -n $toolkit_only ]]; then
+    setup_venv
+    say "ready: ./build.py runs in $checkout/.venv"
+    exit 0
+fi
+
 # Each package the toolkit's paths need, and how to tell it is here (a command, or dpkg's word):
-#   the engine (docker.io, unless another Docker package provides dockerd);
+#   the engine: docker.io (trixie splits its CLI out into docker-cli), unless another Docker
+#     package provides dockerd (Docker CE's docker-ce, whose containerd.io carries its own runc);
 #   bootstrapping the base image: mmdebstrap, Debian's archive keyring (Ubuntu lacks it), and
 #     arch-test, which mmdebstrap needs for a foreign architecture (only "recommended", so
 #     --no-install-recommends would leave it out);
 #   emulated arm64, s390x (or x86_64) builds: qemu-user from Debian trixie (below), registered here;
 #   fetching buildx and sources, reading Debian's signed suites (the security gate): curl, gpgv,
-#     xz-utils, ca-certificates; the tests' own signed Debian archive: gpg;
-#   the engine tests' second engine, which gets a bridge of its own: iproute2;
+#     xz-utils, ca-certificates;
 #   pushing zstd layers (--compression zstd): skopeo, which compresses each layer afresh;
-#   Podman (--engine podman, and the tests of it): podman, with runc (crun, which Podman prefers,
-#     cannot run on a host with hybrid cgroups), uidmap (newuidmap, for rootless users) and
-#     slirp4netns (a rootless container's network, unless it runs with --network none).
+#   Podman (--engine podman, and the tests of it): podman, with uidmap (newuidmap, for rootless
+#     users) and slirp4netns (a rootless container's network, unless it runs with --network none),
+#     and runc (crun, which Podman prefers, cannot run on a host with hybrid cgroups) unless
+#     Docker CE's containerd.io is here: it carries its own runc, and dpkg refuses a second one;
+#   the tests (--tests): their own signed Debian archive (gpg), their second engines' bridges
+#     (iproute2), a registry server (docker-registry, below), Podman.
 missing=()
-installed() { dpkg-query -W -f '${Status}' "$1" 2> /dev/null | grep -q '^install ok installed$'; }
-[[ $engine == podman ]] || command -v dockerd > /dev/null || missing+=(docker.io)
-for package in mmdebstrap debian-archive-keyring arch-test \
-    curl gpgv gpg xz-utils ca-certificates iproute2 skopeo podman runc uidmap slirp4netns; do
+wanted=(mmdebstrap debian-archive-keyring arch-test curl gpgv xz-utils ca-certificates skopeo)
+if [[ $engine == docker ]] && ! command -v dockerd > /dev/null; then
+    wanted+=(docker.io)
+    [[ $release == debian:trixie ]] && wanted+=(docker-cli)
+fi
+podman_wanted=''
+[[ $engine == podman || -n $tests ]] && podman_wanted=1
+[[ -n $tests ]] && wanted+=(gpg iproute2)
+if [[ -n $podman_wanted ]]; then
+    wanted+=(podman uidmap slirp4netns)
+    if installed containerd.io; then
+        say "Docker CE's containerd.io carries runc: Podman uses it (Debian's runc package would conflict)"
+    else
+        wanted+=(runc)
+    fi
+fi
+for package in "${wanted[@]}"; do
     installed "$package" || missing+=("$package")
 done
 if ((${#missing[@]})); then
     say "installing ${missing[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" > /dev/null
+    apt_install "${missing[@]}"
 else
-    say "the engines, mmdebstrap and arch-test are installed"
+    say "${wanted[*]} are installed"
 fi
 
 # A package of Debian trixie that bookworm lacks, verified through the archive's signed InRelease
@@ -152,7 +235,9 @@ configure_podman() {
         say "Podman: /etc/containers/storage.conf gives rootless users overlay storage, not vfs"
     fi
 }
-configure_podman
+if [[ -n $podman_wanted ]]; then
+    configure_podman
+fi
 
 foreign=()
 for qemu in aarch64 s390x x86_64; do
@@ -178,9 +263,13 @@ for qemu in "${foreign[@]}"; do
 done
 
 # cosign, for --sign, `manifest --sign` and `verify` (signatures and attestations, with no
-# transparency log). Bookworm has no cosign package: install trixie's, which needs only libc6 2.34.
+# transparency log): the distribution's package where it has one (trixie); bookworm has none:
+# trixie's, which needs only libc6 2.34.
 if command -v cosign > /dev/null; then
     say "cosign is installed"
+elif apt-cache show cosign > /dev/null 2>&1; then
+    say "installing cosign"
+    apt_install cosign
 else
     say "installing cosign from Debian trixie's cosign package (signature and checksums verified)"
     work=$(mktemp -d)
@@ -219,28 +308,6 @@ else
         install_buildx_from_trixie
     fi
 
-    # A registry server for the tests of --push and `manifest` (they start their own, on loopback).
-    # Installed without starting or enabling the package's own service on port 5000.
-    if ! installed docker-registry; then
-        say "installing docker-registry (for the tests; its own service stays off)"
-        policy=/usr/sbin/policy-rc.d ours=
-        if [[ ! -e $policy ]]; then
-            printf '#!/bin/sh\nexit 101\n' > "$policy"
-            chmod +x "$policy"
-            ours=1
-            trap 'rm -f "$policy"' EXIT
-        fi
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-registry > /dev/null
-        if [[ -n $ours ]]; then
-            rm -f "$policy"
-            trap - EXIT
-        fi
-        if command -v systemctl > /dev/null && systemctl is-system-running > /dev/null 2>&1; then
-            systemctl disable --now docker-registry > /dev/null 2>&1 || true
-        fi
-    fi
-
     if docker info > /dev/null 2>&1; then
         say "the Docker engine is running"
     else
@@ -259,6 +326,50 @@ else
 
 fi
 
-say "installing torchstack and its Python dependencies (pip install -e .[dev])"
-python3 -m pip install --quiet --disable-pip-version-check -e "$(dirname "$0")/..[dev]"
-say "ready"
+if [[ -n $tests ]]; then
+    # A registry server for the tests of --push and `manifest` (they start their own, on loopback).
+    # Installed without starting or enabling the package's own service on port 5000.
+    if ! installed docker-registry; then
+        say "installing docker-registry (for the tests; its own service stays off)"
+        policy=/usr/sbin/policy-rc.d ours=
+        if [[ ! -e $policy ]]; then
+            printf '#!/bin/sh\nexit 101\n' > "$policy"
+            chmod +x "$policy"
+            ours=1
+            trap 'rm -f "$policy"' EXIT
+        fi
+        apt_install docker-registry
+        if [[ -n $ours ]]; then
+            rm -f "$policy"
+            trap - EXIT
+        fi
+        if command -v systemctl > /dev/null && systemctl is-system-running > /dev/null 2>&1; then
+            systemctl disable --now docker-registry > /dev/null 2>&1 || true
+        fi
+    fi
+
+    # A current Docker engine for the tests of BuildKit builds (Docker 23 and later build with it by
+    # default), where the host's is older (bookworm's docker.io 20.10): trixie's dockerd, which
+    # needs libc6 2.34, unpacked into CURRENT_DOCKER; the tests start it on a socket, data root and
+    # bridge of their own, with the host's containerd and runc. Not a service: nothing starts it.
+    CURRENT_DOCKER=/usr/local/lib/torchstack/docker
+    host_major=$(dockerd --version 2> /dev/null | sed -n 's/^Docker version \([0-9]*\)\..*/\1/p')
+    if [[ -n $host_major && $host_major -ge 23 ]]; then
+        say "the host's dockerd is Docker $host_major: the tests' BuildKit engine is a second one of it"
+    elif [[ -x $CURRENT_DOCKER/dockerd ]]; then
+        say "the tests' current Docker engine is $CURRENT_DOCKER/dockerd ($(cat "$CURRENT_DOCKER/version"))"
+    else
+        say "installing Debian trixie's dockerd into $CURRENT_DOCKER for the tests (signature and checksums verified)"
+        work=$(mktemp -d)
+        fetch_from_trixie docker.io "$work/docker.deb"
+        dpkg-deb -x "$work/docker.deb" "$work/root"
+        mkdir -p "$CURRENT_DOCKER"
+        install -m 0755 "$work/root/usr/sbin/dockerd" "$CURRENT_DOCKER/dockerd"
+        [[ -e $work/root/usr/sbin/docker-proxy ]] && install -m 0755 "$work/root/usr/sbin/docker-proxy" "$CURRENT_DOCKER/docker-proxy"
+        dpkg-deb -f "$work/docker.deb" Version > "$CURRENT_DOCKER/version"
+        rm -rf "$work"
+    fi
+fi
+
+setup_venv
+say "ready: ./build.py runs in $checkout/.venv"

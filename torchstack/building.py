@@ -122,9 +122,17 @@ def build_stages(
                 raise
         report.seconds = result.seconds
         report.cached = result.cached
+        report.builder = builder_name(kind, plan.builder)
         report.ran = list(result.ran)
         report.size_bytes = engine.image_size(client, stage.image)
         report.status = "cached" if result.cached else "built"
+
+
+def builder_name(kind: str, builder: str) -> str:
+    """What builds a stage, in the words the summary uses: BuildKit, Docker's legacy builder, Podman's buildah."""
+    if kind == "podman":
+        return "buildah"
+    return "buildkit" if builder == "buildx" else "legacy"
 
 
 def _build_stage(

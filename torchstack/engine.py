@@ -140,6 +140,17 @@ def buildx_available() -> bool:
     return docker_cli is not None and subprocess.run([docker_cli, "buildx", "version"], capture_output=True).returncode == 0
 
 
+def buildkit_by_default(url: str) -> bool:
+    """Whether the Docker engine at `url` builds with BuildKit by default (Docker 23 and later); False
+    where it does not answer (the build then says so) or is older."""
+    try:
+        version = docker.DockerClient(base_url=url, timeout=10).version().get("Version", "")
+    except (docker.errors.DockerException, OSError):
+        return False
+    major = version.split(".")[0]
+    return major.isdigit() and int(major) >= 23
+
+
 def build_image_buildx(
     context: Path,
     tag: str,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from torchstack.connection import ENGINES, choose, refuse_for
+from torchstack.connection import ENGINES, Engine, choose, refuse_for
 from torchstack.errors import UsageProblem
 from torchstack.model import Catalog
 from torchstack.plan import Request
@@ -167,8 +167,9 @@ def _what_goes_in(catalog: Catalog) -> list:
             type=click.Choice(BUILDERS),
             default="auto",
             show_default=True,
-            help="docker: the Docker SDK's builder, any engine. buildx: BuildKit, with a ccache cache mount "
-            "and the CA as a secret. auto: buildx when compiling PyTorch and buildx is installed.",
+            help="docker: the engine's legacy builder (Docker's, or Podman's buildah). buildx: BuildKit, with a "
+            "ccache cache mount and the CA as a secret. auto: buildx where buildx is installed and the engine builds "
+            "with BuildKit by default (Docker 23 and later) or PyTorch is compiled; else docker.",
         ),
     ]
     for component in (c for c in catalog.components.values() if c.alternatives):
@@ -287,28 +288,33 @@ def publish_options(func):
     return wrapper
 
 
-def _resolve_builder(choice: str, methods: dict[str, str], engine_kind: str) -> str:
+def _resolve_builder(choice: str, methods: dict[str, str], chosen: Engine) -> str:
+    """auto: BuildKit wherever the engine has it as its default (Docker 23 and later) and buildx is
+    installed, and for a PyTorch compile on any Docker engine (its compiler cache mount); the legacy
+    builder where the engine offers nothing else (Docker 20.10 without buildx, Podman's API)."""
     if choice != "auto":
         return choice
-    if engine_kind == "podman":
+    if chosen.kind == "podman":
         return "docker"  # Podman's builder, behind the legacy build API
-    from torchstack.engine import buildx_available
+    from torchstack.engine import buildkit_by_default, buildx_available
 
-    return "buildx" if methods.get("torch", "source") == "source" and buildx_available() else "docker"
+    if not buildx_available():
+        return "docker"
+    return "buildx" if methods.get("torch", "source") == "source" or buildkit_by_default(chosen.url) else "docker"
 
 
 def request_from(options: dict) -> Request:
     methods = {k.removeprefix("from_"): v for k, v in options.items() if k.startswith("from_") and v != "source"}
     builder = options["builder"]
-    engine_kind = choose(options.get("engine") or "auto").kind
-    refuse_for(engine_kind, {**options, "zstd": options.get("compression") == "zstd"})
+    chosen = choose(options.get("engine") or "auto")
+    refuse_for(chosen.kind, {**options, "zstd": options.get("compression") == "zstd"})
     for option, why in (("buildx_builder", "names a BuildKit builder"), ("ccache_dir", "moves BuildKit's compiler cache")):
         if options.get(option):
             if builder == "docker":
                 raise UsageProblem(f"--{option.replace('_', '-')} {why}: use it with --builder buildx (or auto)")
             builder = "buildx"
     return Request(
-        builder=_resolve_builder(builder, methods, engine_kind),
+        builder=_resolve_builder(builder, methods, chosen),
         build_type=options["build_type"],
         backend=options["backend"],
         build_target=options["build_target"],

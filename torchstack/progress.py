@@ -26,6 +26,7 @@ class StageReport:
     cached: bool | None = None
     status: str = "waiting"  # waiting | building | built | cached | pulled | failed | interrupted
     ran: list[str] = field(default_factory=list)  # steps the engine ran rather than took from its cache
+    builder: str | None = None  # what built it: buildkit | legacy (Docker's) | buildah (Podman's); None when pulled
 
 
 def _elapsed(seconds: float | None) -> str:
@@ -106,10 +107,10 @@ class BuildView:
 
 def summary_table(reports: list[StageReport]) -> Table:
     table = Table(title="torchstack summary", title_justify="left")
-    for column in ("stage", "image and tags", "size", "time", "result"):
+    for column in ("stage", "image and tags", "size", "time", "result", "builder"):
         table.add_column(column)
     for r in reports:
-        table.add_row(r.stage, "\n".join(r.tags), _size(r.size_bytes), _elapsed(r.seconds), r.status)
+        table.add_row(r.stage, "\n".join(r.tags), _size(r.size_bytes), _elapsed(r.seconds), r.status, r.builder or "")
     return table
 
 

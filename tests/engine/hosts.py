@@ -153,21 +153,42 @@ def stop(process: subprocess.Popen) -> None:
         process.wait()
 
 
+# Where scripts/setup-host.sh --tests puts a current dockerd (Debian trixie's) when the host's is older.
+CURRENT_DOCKERD = Path("/usr/local/lib/torchstack/docker/dockerd")
+
+
+def dockerd_major(dockerd: str) -> int:
+    said = subprocess.run([dockerd, "--version"], capture_output=True, text=True).stdout  # "Docker version 26.1.5+dfsg1, ..."
+    major = said.removeprefix("Docker version ").split(".")[0]
+    return int(major) if major.isdigit() else 0
+
+
+def current_dockerd() -> str:
+    """A dockerd that builds with BuildKit by default (Docker 23 and later): the host's where it is one,
+    else the one setup-host.sh --tests installed."""
+    host = shutil.which("dockerd")
+    if host and dockerd_major(host) >= 23:
+        return host
+    if CURRENT_DOCKERD.is_file():
+        return str(CURRENT_DOCKERD)
+    pytest.fail(f"no Docker 23 or later here (the host's is older, {CURRENT_DOCKERD} is missing): run scripts/setup-host.sh --tests")
+
+
 @contextlib.contextmanager
-def second_engine() -> Iterator[str]:
-    """Another Docker engine on this machine, empty, as a new CI runner's: its own data root, exec
-    root (and so its own containerd), pid file and socket, and a bridge of its own with no iptables
-    rules (builds use the host's network, checks run with none). Not `--bridge=none`: an engine
-    started so deletes the host's docker0, the first engine's bridge. Yields its DOCKER_HOST;
-    stopped, its bridge and its data removed afterwards. The folder is short: containerd's sockets
-    live under the exec root."""
-    dockerd, ip = shutil.which("dockerd"), shutil.which("ip")
+def second_engine(dockerd: str | None = None, name: str = "tsb", subnet: str = "10.213.77.1/24") -> Iterator[str]:
+    """Another Docker engine on this machine (the host's dockerd, or `dockerd`), empty, as a new CI
+    runner's: its own data root, exec root (and so its own containerd), pid file and socket, and a
+    bridge of its own (`name`, `subnet`: one per engine) with no iptables rules (builds use the host's
+    network, checks run with none). Not `--bridge=none`: an engine started so deletes the host's
+    docker0, the first engine's bridge. Yields its DOCKER_HOST; stopped, its bridge and its data
+    removed afterwards. The folder is short: containerd's sockets live under the exec root."""
+    dockerd, ip = dockerd or shutil.which("dockerd"), shutil.which("ip")
     if not dockerd or not ip:
         pytest.fail(f"{'dockerd' if not dockerd else 'ip (iproute2)'} is missing: run scripts/setup-host.sh")
-    folder = Path(tempfile.mkdtemp(prefix="tsb-"))
+    folder = Path(tempfile.mkdtemp(prefix=f"{name}-"))
     socket_path = folder / "docker.sock"
-    bridge = f"tsb{os.getpid() % 100000}"
-    for step in (["link", "add", bridge, "type", "bridge"], ["addr", "add", "10.213.77.1/24", "dev", bridge]):
+    bridge = f"{name}{os.getpid() % 100000}"
+    for step in (["link", "add", bridge, "type", "bridge"], ["addr", "add", subnet, "dev", bridge]):
         subprocess.run([ip, *step], check=True, capture_output=True)
     command = [
         dockerd,
@@ -178,7 +199,7 @@ def second_engine() -> Iterator[str]:
         f"--bridge={bridge}",
         "--iptables=false",
         "--ip-masq=false",
-        "--cgroup-parent=/torchstack-second-engine",
+        f"--cgroup-parent=/torchstack-{name}-engine",
     ]
     log = open(folder / "dockerd.log", "w")
     daemon = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
@@ -261,6 +282,11 @@ def podman_engine(registry: str) -> Iterator[dict]:
 # An empty second engine, as a new CI runner's (second_engine), made by whoever asks first: the
 # background build below, or test_reuse.
 SECOND_ENGINE = Resource(lambda stack: stack.enter_context(second_engine()))
+
+
+# An empty Docker engine of a current release (Docker 23 and later: BuildKit is its default builder),
+# made by whoever asks first: the README's build on it (images.py: built_on_current).
+CURRENT_ENGINE = Resource(lambda stack: stack.enter_context(second_engine(current_dockerd(), "tsc", "10.213.78.1/24")))
 
 
 # An empty Podman engine (podman_engine), with the session's registry; made by whoever asks first.

@@ -29,9 +29,12 @@ import pytest
 
 from tests import session
 from tests.conftest import build_plugin_wheels
-from tests.engine.hosts import COSIGN_KEYS, PODMAN, REGISTRY, SECOND_ENGINE
-from torchstack.model import ROOT
+from tests.engine.hosts import COSIGN_KEYS, CURRENT_ENGINE, PODMAN, REGISTRY, SECOND_ENGINE, Resource
+from torchstack.model import ROOT, load_catalog
+from torchstack.plan import Request
+from torchstack.planner import make_plan
 from torchstack.sources import cache_dir
+from torchstack.wheels import download_from_index
 
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 
@@ -42,9 +45,25 @@ def _named_wheelhouse() -> str | None:
     return folder if folder and list(Path(folder).glob("torch-*x86_64.whl")) else None
 
 
+def _readme_wheel(stack: contextlib.ExitStack) -> str:
+    """A folder holding the torch wheel the README's first command takes where no folder is named: the
+    toolkit's own choice (wheels.download_from_index: a wheelhouse pip is configured with, else the
+    catalog's PyTorch CPU index) for the README plan's Python, downloaded once for the session."""
+    catalog = load_catalog()
+    plan = make_plan(catalog, Request(methods={"torch": "wheel", "openblas": "distro"}, builder="docker"))
+    index = catalog.components["torch"].alternatives["wheel"].index
+    folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="torchstack-wheel-")))
+    download_from_index(folder, "x86_64", plan.distribution.python, plan.torch_version, index)
+    return str(folder)
+
+
+README_WHEEL = Resource(_readme_wheel)
+
+
 def x86_wheelhouse() -> str:
-    """The folder holding a CPU-only x86_64 torch wheel (PyPI's x86_64 wheels are CUDA builds)."""
-    return _named_wheelhouse() or pytest.fail("no CPU x86_64 torch wheel: set TORCHSTACK_TEST_WHEELHOUSE to a folder holding one")
+    """The folder holding a CPU-only x86_64 torch wheel (PyPI's x86_64 wheels are CUDA builds): the one
+    TORCHSTACK_TEST_WHEELHOUSE (or PIP_FIND_LINKS) names, else the one the README's first command takes."""
+    return _named_wheelhouse() or README_WHEEL.get()
 
 
 # The x86_64 chain the README's first command builds: torch's CPU wheel (a local wheelhouse pip is
@@ -348,6 +367,11 @@ def _engine_b_inputs(build: Build, folder: Path) -> list[str]:
     return ["--torch-wheel", x86_wheelhouse(), "--cache-from", f"{REGISTRY.get()}/ml"]
 
 
+def _current_engine_inputs(build: Build, folder: Path) -> list[str]:
+    build.env = {"DOCKER_HOST": CURRENT_ENGINE.get()}
+    return ["--torch-wheel", x86_wheelhouse()]
+
+
 def _podman_inputs(build: Build, folder: Path) -> list[str]:
     build.env = PODMAN.get()
     registry = REGISTRY.get()
@@ -403,6 +427,9 @@ IMAGES = Scheduler(
         "pushed": Build(X86_ARGS, after=("x86_build",), prepare=_push_inputs, recheck=False),
         # The README's build on an empty second engine, with those stages as --cache-from.
         "built_on_b": Build(X86_ARGS, after=("pushed",), prepare=_engine_b_inputs),
+        # The README's build as it is (no --builder: BuildKit by default) on an empty engine of a current
+        # Docker release, as on a Debian 13 or Ubuntu 24.04 host or a CI runner: every stage built anew.
+        "built_on_current": Build(X86_ARGS, after=("x86_build",), prepare=_current_engine_inputs),
         # The README's build on an empty Podman engine from those stages, checked through Podman and
         # pushed; its image is Podman's own: its checks run without --recheck.
         "podman_build": Build(["--engine", "podman", *X86_ARGS], after=("pushed",), prepare=_podman_inputs, recheck=False),

@@ -1,5 +1,7 @@
 """Which engine the toolkit talks to, what Podman refuses, and the lines a missing engine gives."""
 
+import os
+import shutil
 import subprocess
 
 import pytest
@@ -100,6 +102,33 @@ def test_with_podman_the_builder_is_the_legacy_api_even_for_a_torch_compile(cli,
     assert "builder       buildx" in docker_default.output
 
 
+@pytest.mark.parametrize(
+    ("buildx", "engine_version", "builder"),
+    [
+        (True, "26.1.5+dfsg1", "buildx"),  # Debian 13's docker.io: BuildKit is its default
+        (True, "28.2.2", "buildx"),  # Docker CE on a CI runner
+        (True, "20.10.24+dfsg1", "docker"),  # Debian 12's docker.io: the legacy builder is its default
+        (True, None, "docker"),  # no engine answers: the build itself says so
+        (False, "26.1.5+dfsg1", "docker"),  # no buildx plugin: the engine's own API builder
+    ],
+)
+def test_a_wheel_build_takes_buildkit_where_the_engine_builds_with_it_by_default(cli, monkeypatch, buildx, engine_version, builder):
+    class Client:
+        def __init__(self, base_url, timeout):
+            pass
+
+        def version(self):
+            if engine_version is None:
+                raise connection.docker.errors.DockerException("no engine")
+            return {"Version": engine_version, "Components": [{"Name": "Engine"}]}
+
+    monkeypatch.setattr("torchstack.engine.buildx_available", lambda: buildx)
+    monkeypatch.setattr("torchstack.engine.docker.DockerClient", Client)
+    result = CliRunner().invoke(cli, ["--engine", "docker", "--dry-run", "--torch-from", "wheel", "--openblas-from", "distro"])
+    assert result.exit_code == 0, result.output
+    assert f"builder       {builder}" in result.output
+
+
 def test_the_engine_comes_from_the_environment_too(cli):
     result = CliRunner().invoke(cli, ["plan", "--release", "r26.11"], env={"TORCHSTACK_ENGINE": "podman"})
     assert "engine        podman at" in result.output
@@ -158,9 +187,55 @@ def test_an_engine_that_is_not_the_one_asked_for_is_one_line(monkeypatch):
     [
         (["--engine", "rkt"], "setup-host: --engine rkt: valid: docker, podman"),
         (["--engine"], "setup-host: --engine (none): valid: docker, podman"),
-        (["--frobnicate"], "setup-host: unknown argument --frobnicate (usage: scripts/setup-host.sh [--engine docker|podman])"),
+        (
+            ["--frobnicate"],
+            "setup-host: unknown argument --frobnicate (usage: scripts/setup-host.sh [--engine docker|podman] [--tests] [--toolkit-only])",
+        ),
     ],
 )
 def test_setup_host_refuses_an_engine_it_does_not_know_before_touching_anything(args, says):
     done = subprocess.run(["bash", "scripts/setup-host.sh", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout, done.stderr.strip()) == (2, "", says)
+
+
+@pytest.mark.skipif(os.getuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare: a mount over /etc/os-release")
+@pytest.mark.parametrize(
+    ("os_release", "says"),
+    [
+        ('PRETTY_NAME="Debian GNU/Linux 11 (bullseye)"\nID=debian\nVERSION_CODENAME=bullseye\n', "Debian GNU/Linux 11 (bullseye)"),
+        ('PRETTY_NAME="Fedora Linux 41"\nID=fedora\n', "Fedora Linux 41"),
+    ],
+)
+def test_setup_host_refuses_a_release_it_does_not_know_before_touching_anything(tmp_path, os_release, says):
+    """In a mount namespace of its own, so the host's /etc/os-release is not touched."""
+    fake = tmp_path / "os-release"
+    fake.write_text(os_release)
+    script = f'mount --bind "{fake}" /etc/os-release && exec bash scripts/setup-host.sh'
+    unshared = ["unshare", "--mount", "--propagation", "private", "bash", "-c", script]
+    done = subprocess.run(unshared, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr)
+    assert done.stderr.strip() == (
+        f"setup-host: {says} is not a release set-up knows: Debian 12 (bookworm), Debian 13 (trixie), Ubuntu 24.04 (noble)"
+    )
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="set-up runs as root")
+@pytest.mark.parametrize(
+    ("answers", "says"),
+    [
+        ('*"print("*) echo 3.9 ;; *"exit("*) exit 1 ;;', "{python} is Python 3.9; torchstack needs Python 3.10 or later"),
+        (
+            '*"print("*) echo 3.12 ;; *"exit("*) exit 0 ;; *ensurepip*) exit 1 ;;',
+            "{python} cannot make a virtual environment (no ensurepip): install python3.12-venv (apt-get install python3-venv)",
+        ),
+    ],
+)
+def test_setup_host_refuses_a_python_it_cannot_make_the_venv_with_in_one_line(tmp_path, answers, says):
+    """A python3 first on PATH that answers set-up's questions as an old Python, or one without venv's pip, would."""
+    python = tmp_path / "python3"
+    python.write_text(f'#!/bin/sh\ncase "$2" in {answers} *) exit 3 ;; esac\n')
+    python.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    setup = ["bash", "scripts/setup-host.sh", "--toolkit-only"]
+    done = subprocess.run(setup, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr.strip()) == (2, "", "setup-host: " + says.format(python=python))

@@ -1,6 +1,7 @@
 """Prebuilt torch wheels: refused when the tag would lie, versioned as torch reports itself."""
 
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -130,3 +131,22 @@ def test_without_distribution_a_wheel_takes_the_newest_debian_with_its_python_an
     assert plan_for().distribution.name == "trixie"
     with pytest.raises(UsageProblem, match=r"torch-2.13.0\+cpu-cp311-.* is not for x86_64 with Python 3.13 \(trixie\)"):
         plan_for(methods={"torch": "wheel"}, torch_wheel=str(cp311), distribution="trixie")
+
+
+def test_the_engine_tests_take_the_wheel_the_readme_command_takes_where_no_folder_is_named(monkeypatch):
+    """No TORCHSTACK_TEST_WHEELHOUSE nor PIP_FIND_LINKS: the tests download the README plan's wheel the
+    toolkit's own way, from the catalog's PyTorch CPU index (PyPI's x86_64 wheels are CUDA builds)."""
+    import contextlib
+
+    from tests.engine import images
+
+    monkeypatch.delenv("TORCHSTACK_TEST_WHEELHOUSE", raising=False)
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
+    asked = []
+    monkeypatch.setattr(images, "download_from_index", lambda *args: asked.append(args))
+    with contextlib.ExitStack() as stack:
+        folder = images._readme_wheel(stack)
+        assert asked[0][0] == Path(folder)
+    (_, arch, python, version, index) = asked[0]
+    assert (arch, index) == ("x86_64", "https://download.pytorch.org/whl/cpu")
+    assert python in ("3.11", "3.13") and version.startswith("2."), (python, version)

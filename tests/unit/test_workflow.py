@@ -150,5 +150,20 @@ def test_every_push_and_pull_request_runs_the_quick_checks(workflow):
     checks = workflow["jobs"]["checks"]
     assert "needs" not in checks and checks["timeout-minutes"] <= 15
     run = "\n".join(step.get("run", "") for step in checks["steps"])
-    for needed in ('python3 -m pytest -m "not engine"', "ruff check .", "ruff format --check .", "shellcheck", "hadolint"):
+    for needed in ('python -m pytest -m "not engine"', "ruff check .", "ruff format --check .", "shellcheck", "hadolint"):
         assert needed in run, needed
+
+
+def test_nothing_is_installed_into_the_runners_system_python():
+    """The runner's Python is Ubuntu's (PEP 668): the workflow makes the toolkit's venv instead of
+    breaking the system's packages, and runs pip in no step."""
+    text = WORKFLOW.read_text()
+    assert "PIP_BREAK_SYSTEM_PACKAGES" not in text and "pip install" not in text
+
+
+def test_ci_runs_the_readmes_two_commands_second_one_word_for_word():
+    readme = (ROOT / "README.md").read_text()
+    first_block = readme.split("```sh\n", 1)[1].split("```", 1)[0].strip().splitlines()
+    assert len(first_block) == 2, first_block
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()
+    assert ci[-1] == first_block[1], (ci[-1], first_block[1])

@@ -1,0 +1,47 @@
+"""The README's build on a current Docker engine (Docker 23 and later, where BuildKit is the default
+builder), as a Debian 13 or Ubuntu 24.04 host or a CI runner has it: every stage built by BuildKit,
+and the release image passes its checks there."""
+
+from __future__ import annotations
+
+import docker
+import pytest
+
+from tests.engine.hosts import CURRENT_ENGINE
+from tests.engine.images import IMAGES
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.fixture(scope="session")
+def current_engine() -> str:
+    """The current engine's DOCKER_HOST (hosts.CURRENT_ENGINE: started, empty, for the build below)."""
+    return CURRENT_ENGINE.get()
+
+
+@pytest.fixture(scope="session")
+def built_on_current(x86_build, current_engine) -> dict:
+    """The README's request on that engine, no --builder given; its JSON summary, with its output."""
+    return IMAGES.result("built_on_current")
+
+
+def test_the_engine_is_a_current_docker(current_engine):
+    version = docker.DockerClient(base_url=current_engine).version()["Version"]
+    assert int(version.split(".")[0]) >= 23, version
+
+
+def test_the_readme_build_takes_buildkit_for_every_stage_and_passes_its_checks(built_on_current, current_engine):
+    assert "failed" not in built_on_current["checks"] and "passed" in built_on_current["checks"], built_on_current["checks"]
+    builders = {s["stage"]: s["builder"] for s in built_on_current["stages"]}
+    assert set(builders) == {"base", "libs", "tools", "dev", "final"} and set(builders.values()) == {"buildkit"}, builders
+    assert "builder       buildx" in built_on_current["output"]
+    on_current = docker.DockerClient(base_url=current_engine)
+    release = on_current.images.get(built_on_current["final_image"])
+    assert release.labels, "the release image on the current engine carries no labels"
+
+
+def test_the_summary_names_the_builder_of_each_stage(x86_build):
+    """On the host's engine the README build names its own builder per stage too: BuildKit on Docker 23
+    and later, the legacy builder on Docker 20.10."""
+    builders = {s["builder"] for s in x86_build["stages"] if s["status"] in ("built", "cached")}
+    assert builders and builders <= {"buildkit", "legacy"}, builders
