@@ -4,8 +4,6 @@ The subcommands: build, plan, render, list, matrix, fetch, bootstrap, manifest, 
 
 from __future__ import annotations
 
-import dataclasses
-import shutil
 import sys
 from pathlib import Path
 
@@ -15,13 +13,12 @@ from click.core import ParameterSource
 
 from torchstack import __version__, image_commands, sharing
 from torchstack.connection import choose, connect
-from torchstack.errors import DataError, HostNotReady, ToolkitError, UsageProblem
+from torchstack.errors import DataError, ToolkitError, UsageProblem
 from torchstack.model import COMMAND, Catalog, load_catalog
-from torchstack.options import archive_options, build_options, check_json_file, engine_option, plan_options, request_from, writable_folder
+from torchstack.options import archive_options, build_options, engine_option, plan_options, request_from, writable_folder
 from torchstack.plan import Request
 from torchstack.planner import make_plan
 from torchstack.reports import backend_details, format_plan
-from torchstack.run_options import RunOptions
 from torchstack.sharing import Terminated
 
 
@@ -64,13 +61,16 @@ def _refuse_options_before(ctx: click.Context) -> None:
         )
 
 
-def _print_dry_run(plan, run: RunOptions, pushes: list) -> None:
-    """--dry-run: the plan, the engine, and what the build would pull, push and sign."""
-    click.echo(format_plan(plan))
+def _print_dry_run(settled) -> None:
+    """--dry-run: the settled plan, the engine, and what the build would pull, push and sign."""
+    run = settled.run
+    for note in settled.notes:
+        click.echo(note.removeprefix("torchstack: "))
+    click.echo(format_plan(settled.plan))
     click.echo(f"engine        {choose(run.engine).describe()}")
     if run.cache_from:
         click.echo(f"cache from    {run.cache_from}: each stage image above, pulled where this engine lacks it")
-    for local, remote in pushes:
+    for local, remote in settled.pushes:
         click.echo(f"push          {local} -> {remote}")
     if run.sign:
         click.echo("sign          the pushed release image, by digest, with its SBOM and provenance attested (cosign)")
@@ -93,33 +93,15 @@ def _build_group(catalog: Catalog) -> click.Group:
         if ctx.invoked_subcommand is not None:
             _refuse_options_before(ctx)
             return
-        run = RunOptions.from_cli(options)
-        check_json_file(run.json_file)
-        request = request_from(options)
-        plan = make_plan(catalog, request)
-        pushes = []
-        if run.push or run.push_stages:
-            from torchstack.publish import wanted
+        from torchstack.settle import settle
 
-            # Refused here, before any work; the build names the images again once its plan is final.
-            pushes = wanted(plan, run.registry, run.push_stages, checked=not run.no_test)
-        if run.compression == "zstd":
-            if not run.push:
-                raise UsageProblem("--compression zstd applies to what --push sends: add --push and --registry")
-            if shutil.which("skopeo") is None:
-                raise HostNotReady("missing skopeo, which writes --compression zstd's layers: bash scripts/setup-host.sh installs it")
-        if run.sign:
-            from torchstack.signing import check_key
-
-            if not run.push:
-                raise UsageProblem("--sign signs what --push sends: add --push and --registry")
-            run = dataclasses.replace(run, sign=check_key(run.sign, "--sign", private=True))
-        if run.dry_run:
-            _print_dry_run(plan, run, pushes)
+        settled = settle(catalog, options)
+        if settled.run.dry_run:
+            _print_dry_run(settled)
             return
         from torchstack.pipeline import run_build
 
-        run_build(catalog, request, plan, run)
+        run_build(catalog, settled)
 
     return cli
 

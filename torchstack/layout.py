@@ -70,3 +70,11 @@ class User:
 
 
 USER = User()
+
+# Where a build step leaves its working files (temporary folders: Inductor's cache of a bake, with
+# precompiled headers of hundreds of MB; root's and the user's caches: pip's, compilers'), and
+# where apt leaves the packages it downloaded: empty in every final image, and in an image built on it.
+WORKING_FOLDERS = ("/tmp", "/var/tmp", "/root/.cache", f"{USER.home}/.cache")
+WORKING_FILES_COMMAND = (
+    f"find {' '.join(WORKING_FOLDERS)} -mindepth 1 -maxdepth 1 2>/dev/null; find /var/cache/apt/archives -name '*.deb' 2>/dev/null"
+)

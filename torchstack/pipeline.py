@@ -23,65 +23,21 @@ from torchstack import (
     layout,
     prerequisites,
     publish,
-    requirements,
     sharing,
     signing,
     sources,
 )
-from torchstack.errors import ChecksFailed, ToolkitError, UsageProblem
+from torchstack.errors import ChecksFailed
 from torchstack.metadata import torch_defects
 from torchstack.model import Catalog
-from torchstack.plan import RELEASE_STAGE, Plan, Request
-from torchstack.planner import make_plan
+from torchstack.plan import RELEASE_STAGE, Plan
 from torchstack.progress import BuildView, StageReport, summary_table, write_json
 from torchstack.release import CONTENT_LABEL, add_records, gate, probe, published, refresh
 from torchstack.render import BuildSecrets
 from torchstack.run_options import RunOptions
 from torchstack.sbom import BUILD_INFO_LABEL
-from torchstack.wheels import download_from_index, download_wheel, pip_conf_text
-
-
-def resolve_wheel(catalog: Catalog, request: Request, plan: Plan) -> tuple[Request, Plan, list[str]]:
-    """A torch wheel named by URL or index is downloaded now, and the plan made again from the
-    file; with a line saying where an index's wheel came from."""
-    spec = plan.torch_wheel
-    if spec is None or spec.kind in ("file", "dir"):
-        return request, plan, []
-    notes = []
-    dest = sources.state_dir() / "wheels"
-    if spec.kind == "index":
-        index = spec.where or catalog.components["torch"].alternatives["wheel"].index
-        path, origin = download_from_index(dest, plan.arch.name, plan.distribution.python, plan.torch_version, index)
-        notes.append(f"torchstack: torch wheel {path.name} from {origin}")
-    else:
-        path = dest / spec.where.rsplit("/", 1)[-1].split("#")[0]
-        if not path.is_file():
-            sources.download(spec.where, path)
-    request = dataclasses.replace(request, torch_wheel=str(path))
-    return request, make_plan(catalog, request), notes
-
-
-def resolve_plugins(catalog: Catalog, request: Request, plan: Plan, index_url: str | None = None) -> Plan:
-    """Plugin wheels named NAME==VERSION (or a backend's own plugin) are downloaded now, and the
-    plan made again from the files: their torch requirements are checked before any build."""
-    pending = [p.requirement for p in plan.plugins if p.wheel is None]
-    if not pending:
-        return plan
-    if request.plugin_cache is None:
-        request = dataclasses.replace(request, plugin_cache=sources.state_dir() / "plugins")
-    for requirement in pending:
-        download_wheel(request.plugin_cache, plan.arch.name, plan.distribution.python, requirement, index_url)
-    plan = make_plan(catalog, request)
-    missing = [p.requirement for p in plan.plugins if p.wheel is None]
-    if missing:
-        raise ToolkitError(f"pip downloaded no wheel of {', '.join(missing)} for {plan.arch.name} cp{plan.distribution.python}")
-    return plan
-
-
-def resolve_requirements(plan: Plan, index_url: str | None = None) -> Plan:
-    """--requirements resolved now for the image, with what the stack installs held: a conflict
-    is one line before any build, and the build installs exactly what was resolved."""
-    return dataclasses.replace(plan, requirements=requirements.resolve(plan, index_url)) if plan.requirements else plan
+from torchstack.settle import Settled
+from torchstack.wheels import pip_conf_text
 
 
 @contextlib.contextmanager
@@ -268,7 +224,10 @@ def _ccache_mover(plan: Plan, run: RunOptions, base: str):
     )
 
 
-def run_build(catalog: Catalog, request: Request, plan: Plan, run: RunOptions) -> Plan:
+def run_build(catalog: Catalog, settled: Settled) -> Plan:
+    """Carry out a settled build (settle.py): what only the engine and the host can say is checked
+    here, before any stage is built."""
+    plan, run, pushes = settled.plan, settled.run, list(settled.pushes)
     client, chosen = connection.connect(connection.choose(run.engine))
     connection.refuse_for(chosen.kind, run.engine_refusals(plan.builder))
     cleaned = sharing.sweep(client, sources.state_dir() / "contexts")
@@ -277,11 +236,6 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, run: RunOptions) -
     if plan.base_is_bootstrapped:
         archive.require_suites(plan.apt)
     cpu_notes = prerequisites.require_cpu_for_checks(plan, checks=not run.no_test)
-    if run.buildx_builder and not engine.buildx_builder_exists(run.buildx_builder):
-        raise UsageProblem(f"--buildx-builder {run.buildx_builder}: no such builder (see `docker buildx ls`)")
-    request, plan, wheel_notes = resolve_wheel(catalog, request, plan)
-    plan = resolve_requirements(resolve_plugins(catalog, request, plan, run.pip_index_url), run.pip_index_url)
-    pushes = publish.wanted(plan, run.registry, run.push_stages, checked=not run.no_test) if run.push or run.push_stages else []
     source_files = sources.fetch_plan_sources(plan, run.source_mirror)
 
     logs = sources.state_dir() / "logs"
@@ -292,7 +246,7 @@ def run_build(catalog: Catalog, request: Request, plan: Plan, run: RunOptions) -
     started, began = time.monotonic(), datetime.now(timezone.utc)
 
     with _run_scope(client, run, contexts) as secrets, BuildView(reports, log_path, run.quiet) as view:
-        _say_first(view, plan, run, chosen, [*cleaned, *wheel_notes, *cpu_notes], base_missing)
+        _say_first(view, plan, run, chosen, [*cleaned, *settled.notes, *cpu_notes], base_missing)
         with building.lock(chosen, plan.base_image, view):
             base = building.base_image(client, plan, run, view)
         view.note(f"torchstack: base image {base}")

@@ -138,3 +138,54 @@ class Registry:
     def config(self, repository: str, manifest: dict) -> dict:
         """An image manifest's configuration (its labels under config.Labels)."""
         return self._get(f"{repository}/blobs/{manifest['config']['digest']}").json()
+
+
+def check_push_access(remote: str) -> None:
+    """Before any work: the registry of `remote` (HOST[:PORT]/REPOSITORY:TAG, the first image a push
+    sends) answers, and takes the login this host stored for a push to that repository. One line
+    (exit 2) where it does not; a registry that needs no login passes."""
+    ref = parse(remote)
+    where = Registry(ref.host)
+    schemes = [where.base] if is_loopback(ref.host) else [where.base, where.base.replace("https://", "http://", 1)]
+    answer, reasons = None, []
+    for base in schemes:
+        try:
+            answer = where.session.get(f"{base}/", timeout=15)
+            break
+        except requests.RequestException as exc:
+            reasons.append(_why_not_reached(exc))
+    if answer is None:
+        raise UsageProblem(f"--push: the registry {ref.host} does not answer ({reasons[-1]}): check --registry, or start the registry")
+    if answer.status_code < 400:
+        return
+    log_in = _LOG_IN.format(host=ref.host)
+    if answer.status_code != 401:
+        raise UsageProblem(f"--push: the registry {ref.host} answers {answer.status_code} at {answer.url}: is it a registry? ({log_in})")
+    if where.auth is None:
+        raise UsageProblem(f"--push: the registry {ref.host} asks for a login and this host stored none: {log_in}")
+    challenge = answer.headers.get("WWW-Authenticate", "")
+    if "Bearer" in challenge:
+        fields = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+        params = {"service": fields.get("service", ""), "scope": f"repository:{ref.repository}:push,pull"}
+        try:
+            checked = requests.get(fields.get("realm", ""), params=params, auth=where.auth, timeout=15)
+        except requests.RequestException as exc:
+            raise UsageProblem(f"--push: {ref.host}'s login service does not answer ({_why_not_reached(exc)})") from None
+    else:
+        checked = where.session.get(answer.url, auth=where.auth, timeout=15)
+    if checked.status_code >= 400:
+        raise UsageProblem(f"--push: the registry {ref.host} refuses this host's login ({checked.status_code}): {log_in}")
+
+
+def _why_not_reached(exc: requests.RequestException) -> str:
+    """Why a request got no answer, in a few words rather than urllib3's nested repr."""
+    text = str(exc)
+    for marker, said in (
+        ("NameResolutionError", "its name does not resolve"),
+        ("Connection refused", "connection refused"),
+        ("timed out", "no answer in 15 s"),
+        ("SSLError", "no TLS"),
+    ):
+        if marker in text or marker in type(exc).__name__:
+            return said
+    return " ".join(text.split())[:120]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -54,6 +55,16 @@ def check_key(key: str, option: str, private: bool) -> str:
             raise UsageProblem(f"{option} {key}: no such file; give {kind} or a KMS reference ({', '.join(KEY_SCHEMES[:4])}...)")
         found = str(path.resolve())
     require_cosign(option)
+    if private and not key.startswith(KEY_SCHEMES[:5]):  # a file or env://, loaded here; a KMS is asked when signing
+        if "COSIGN_PASSWORD" not in os.environ:
+            raise UsageProblem(f"{option} {key}: set COSIGN_PASSWORD to its password (empty for none): cosign would ask on a terminal")
+        _cosign(
+            f"{option} {key}: cosign cannot load it as a private key with the COSIGN_PASSWORD given",
+            "public-key",
+            "--key",
+            found,
+            failure=UsageProblem,
+        )
     return found
 
 

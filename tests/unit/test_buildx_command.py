@@ -50,7 +50,8 @@ def test_a_builder_name_with_the_legacy_builder_is_refused(catalog):
     assert result.exit_code == 2 and "use it with --builder buildx" in result.output, result.output
 
 
-def test_a_builder_name_picks_buildkit(catalog):
+def test_a_builder_name_picks_buildkit(catalog, monkeypatch):
+    monkeypatch.setattr("torchstack.engine.buildx_builder_exists", lambda name: name == "fleet")
     result = CliRunner().invoke(make_cli(catalog), ["--dry-run", "--backend", "onednn", "--buildx-builder", "fleet"])
     assert result.exit_code == 0 and "builder       buildx" in result.output, result.output
 

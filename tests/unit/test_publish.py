@@ -43,10 +43,13 @@ def test_a_build_that_stops_early_pushes_its_top_stage(plan_for):
     ]
 
 
-def test_dry_run_says_what_would_be_pushed(catalog):
+def test_dry_run_says_what_would_be_pushed(catalog, monkeypatch):
+    asked = []
+    monkeypatch.setattr("torchstack.registry.check_push_access", asked.append)
     result = CliRunner().invoke(make_cli(catalog), [*ARGS, "--push", "--registry", "ghcr.io/acme"])
     assert result.exit_code == 0, result.output
     assert f"push          torchstack:{TAG} -> ghcr.io/acme/torchstack:{TAG}" in result.output
+    assert asked == [f"ghcr.io/acme/torchstack:{TAG}"], "the registry is asked for a push before any work"
 
 
 @pytest.mark.parametrize(

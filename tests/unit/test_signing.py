@@ -5,6 +5,9 @@ import base64
 import dataclasses
 import hashlib
 import json
+import os
+import shutil
+import subprocess
 from datetime import datetime, timezone
 
 import pytest
@@ -116,3 +119,54 @@ def test_signing_options_are_refused_in_one_line_before_any_work(catalog, args, 
     )
     assert result.exit_code == 2, result.output
     assert said in result.output and len(result.output.strip().splitlines()) == 1, result.output
+
+
+@pytest.fixture(scope="module")
+def cosign_pair(tmp_path_factory):
+    """A real cosign key pair with a password (cosign is what --sign runs: setup-host.sh installs it)."""
+    if not shutil.which("cosign"):
+        pytest.fail("cosign is missing: run scripts/setup-host.sh")
+    folder = tmp_path_factory.mktemp("cosign")
+    made = subprocess.run(
+        ["cosign", "generate-key-pair", "--output-key-prefix", str(folder / "k")],
+        env={**os.environ, "COSIGN_PASSWORD": "right"},
+        capture_output=True,
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stderr
+    (folder / "not-a-key").write_text("not a key\n")
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("key", "password", "said"),
+    [
+        ("k.key", "wrong", "--sign {key}: cosign cannot load it as a private key with the COSIGN_PASSWORD given: decrypt:"),
+        ("k.pub", "right", "--sign {key}: cosign cannot load it as a private key with the COSIGN_PASSWORD given: unsupported pem type"),
+        ("not-a-key", "right", "--sign {key}: cosign cannot load it as a private key with the COSIGN_PASSWORD given: invalid pem block"),
+        ("k.key", None, "--sign {key}: set COSIGN_PASSWORD to its password (empty for none)"),
+    ],
+)
+def test_a_key_cosign_cannot_load_is_refused_before_any_work(catalog, cosign_pair, monkeypatch, key, password, said):
+    """Before the registry is asked and before any stage: nothing is built for a signature that would fail."""
+    asked = []
+    monkeypatch.setattr("torchstack.registry.check_push_access", asked.append)
+    if password is None:
+        monkeypatch.delenv("COSIGN_PASSWORD", raising=False)
+    else:
+        monkeypatch.setenv("COSIGN_PASSWORD", password)
+    path = cosign_pair / key
+    args = ["--torch-from", "wheel", "--openblas-from", "distro", "--push", "--registry", "registry.example/ml", "--sign", str(path)]
+    result = CliRunner().invoke(make_cli(catalog), args)
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+    assert said.format(key=path) in result.output, result.output
+    assert asked == [], "the registry was asked before the key was refused"
+
+
+def test_a_key_cosign_loads_passes_the_settling_step(catalog, cosign_pair, monkeypatch):
+    monkeypatch.setattr("torchstack.registry.check_push_access", lambda remote: None)
+    monkeypatch.setenv("COSIGN_PASSWORD", "right")
+    key = cosign_pair / "k.key"
+    result = CliRunner().invoke(make_cli(catalog), ["--dry-run", "--push", "--registry", "registry.example/ml", "--sign", str(key)])
+    assert result.exit_code == 0, result.output
+    assert "sign          the pushed release image" in result.output

@@ -1,0 +1,102 @@
+"""A --push registry is asked before any work: one that does not answer, or that refuses this host's
+login, is one line (exit 2); one that takes it, or needs none, passes. Against a real HTTP server on
+loopback that answers as registries do (Basic, or a Bearer token service)."""
+
+import base64
+import http.server
+import json
+import socket
+import threading
+
+import pytest
+
+from torchstack import registry
+from torchstack.errors import UsageProblem
+
+LOGIN = ("ci", "s3cret")
+
+
+class FakeRegistry(http.server.BaseHTTPRequestHandler):
+    mode = "open"  # open | basic | bearer
+
+    def log_message(self, *args):
+        pass
+
+    def _answer(self, code: int, headers: dict | None = None) -> None:
+        self.send_response(code)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def do_GET(self):
+        given = self.headers.get("Authorization", "")
+        wanted = "Basic " + base64.b64encode(":".join(LOGIN).encode()).decode()
+        if self.path.startswith("/token"):
+            self.server.asked.append(self.path)
+            return self._answer(200 if given == wanted else 401)
+        if self.mode == "open" or (self.mode == "basic" and given == wanted):
+            return self._answer(200)
+        port = self.server.server_address[1]
+        challenge = f'Bearer realm="http://127.0.0.1:{port}/token",service="test"' if self.mode == "bearer" else 'Basic realm="test"'
+        return self._answer(401, {"WWW-Authenticate": challenge})
+
+
+@pytest.fixture
+def serve(monkeypatch, tmp_path):
+    """A registry answering on loopback in `mode`; `login` stored in an auth file of the test's own, or none."""
+    servers = []
+
+    def start(mode: str, login: tuple[str, str] | None) -> tuple[str, list]:
+        handler = type("Handler", (FakeRegistry,), {"mode": mode})
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        server.asked = []
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        host = f"127.0.0.1:{server.server_address[1]}"
+        auths = {host: {"auth": base64.b64encode(":".join(login).encode()).decode()}} if login else {}
+        (tmp_path / "auth.json").write_text(json.dumps({"auths": auths}))
+        monkeypatch.setenv("REGISTRY_AUTH_FILE", str(tmp_path / "auth.json"))
+        monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-config"))
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "no-runtime"))
+        return f"{host}/ml/torchstack:r26.11", server.asked
+
+    yield start
+    for server in servers:
+        server.shutdown()
+
+
+@pytest.mark.parametrize(("mode", "login"), [("open", None), ("basic", LOGIN), ("bearer", LOGIN)])
+def test_a_registry_that_takes_the_push_passes(serve, mode, login):
+    remote, asked = serve(mode, login)
+    registry.check_push_access(remote)
+    if mode == "bearer":
+        assert asked and "scope=repository%3Aml%2Ftorchstack%3Apush%2Cpull" in asked[0], asked
+
+
+@pytest.mark.parametrize(
+    ("mode", "login", "said"),
+    [
+        ("basic", None, "asks for a login and this host stored none: log in with `docker login {host}` or `podman login {host}`"),
+        ("basic", ("ci", "wrong"), "refuses this host's login (401): log in with `docker login {host}`"),
+        ("bearer", ("ci", "wrong"), "refuses this host's login (401)"),
+    ],
+)
+def test_a_registry_that_refuses_the_login_is_one_line(serve, mode, login, said):
+    remote, _ = serve(mode, login)
+    host = remote.split("/")[0]
+    with pytest.raises(UsageProblem) as refused:
+        registry.check_push_access(remote)
+    assert said.format(host=host) in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_registry_that_does_not_answer_is_one_line():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(UsageProblem) as refused:
+        registry.check_push_access(f"127.0.0.1:{port}/ml/torchstack:r26.11")
+    assert str(refused.value) == (
+        f"--push: the registry 127.0.0.1:{port} does not answer (connection refused): check --registry, or start the registry"
+    )
