@@ -41,6 +41,9 @@ that a ratio holds on a noisy host. Each benchmark needs a build host with a run
 - **first_build**: `python3 benchmarks/first_build.py --json benchmarks/results/first_build.json` (as
   root). The README's build on an engine of its own with an empty data root and an empty toolkit
   cache, as on a new host: the bootstrap, each stage and the checks.
+- **size**: `python3 benchmarks/size.py --image IMAGE --vs OTHER --json benchmarks/results/size.json`. The
+  README image as a new node pays for it (its size against its payload, its layers as pushed, a pull and
+  unpack with containerd's `ctr`) against another build of the same request, side by side.
 - **qemu**: `python3 benchmarks/qemu.py --image ARM64-IMAGE --vs /usr/bin/qemu-aarch64-static --json
   benchmarks/results/qemu.json`. Emulated Python under the qemu-user that `scripts/setup-host.sh`
   installs against bookworm's qemu-user-static.
@@ -192,6 +195,32 @@ def pull_figures(result: dict) -> list[tuple[str, str, str]]:
     return rows
 
 
+def size_figures(result: dict) -> list[tuple[str, str, str]]:
+    """(figure, measured, goal) rows of a benchmarks/size.py result."""
+    ours, other = result["mib"]["image"], result["mib"]["vs"]
+    wanted = f"image / payload {result['goals']['image_over_payload']}"
+    return [
+        (
+            "image / payload",
+            f"{result['image_over_payload']:.2f} ({ours['size']:,.0f} / {ours['payload']:,.0f} MiB); before: "
+            f"{result['vs_over_payload']:.2f} ({other['size']:,.0f} / {other['payload']:,.0f} MiB)",
+            goal(wanted, result["goals_met"]),
+        ),
+        ("size, image / before", f"{ours['size']:,.0f} MiB / {other['size']:,.0f} MiB = {result['size_ratio']:.3f}", ""),
+        (
+            "layers as pushed (gzip), image / before",
+            f"{ours['pushed']:,.0f} MiB / {other['pushed']:,.0f} MiB = {result['pushed_ratio']:.3f}",
+            "",
+        ),
+        (
+            "pull and unpack (ctr), image / before",
+            f"{statistics.median(result['pull_s']['image']):.1f} s / {statistics.median(result['pull_s']['vs']):.1f} s = "
+            f"{result['pull_ratio']:.3f}",
+            "",
+        ),
+    ]
+
+
 def first_build_figures(result: dict) -> list[tuple[str, str, str]]:
     """(figure, measured, goal) rows of a benchmarks/first_build.py result."""
     stages = ", ".join(f"{stage} {seconds:.0f} s" for stage, seconds in result["stages_s"].items())
@@ -208,6 +237,8 @@ def first_build_figures(result: dict) -> list[tuple[str, str, str]]:
 def benchmark_of(result: dict) -> tuple[str, list[tuple[str, str, str]]]:
     if "stages_s" in result:
         return "first_build", first_build_figures(result)
+    if "image_over_payload" in result:
+        return "size", size_figures(result)
     if "zstd_gzip_size_ratio" in result:
         return "pull", pull_figures(result)
     if "baked_cold_ratio" in result:

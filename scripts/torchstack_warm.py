@@ -22,6 +22,7 @@ read-only root file system, any user id and a noexec /tmp.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -108,6 +109,36 @@ def folder_for(name: str, found: dict[str, str] | None = None) -> Path:
     return STORE / name / _digest(found or key())
 
 
+@contextlib.contextmanager
+def _working_files_in(work: str):
+    """Inductor's working files (its cache, the build folder, locks, and its precompiled headers of
+    hundreds of MB, whose folder torch 2.13 fixes at import under /tmp, whatever TORCHINDUCTOR_CACHE_DIR
+    says) and Python's temporary files in `work` while baking, so that a build step leaves only the
+    package: the image would otherwise ship /tmp/torchinductor_<user>."""
+    saved = {name: os.environ.get(name) for name in ("TORCHINDUCTOR_CACHE_DIR", "TMPDIR")}
+    saved_tempdir = tempfile.tempdir
+    os.environ.update(TORCHINDUCTOR_CACHE_DIR=os.path.join(work, "inductor"), TMPDIR=work)  # compile workers inherit both
+    tempfile.tempdir = work
+    from torch._inductor import codecache  # after the above: its import makes the cache folder
+
+    headers = {name: getattr(codecache, name) for name in ("_HEADER_DIR", "_HEADER_LOCK_DIR") if hasattr(codecache, name)}
+    for name in headers:
+        setattr(codecache, name, os.path.join(work, "precompiled_headers", *(["locks"] if "LOCK" in name else [])))
+    try:
+        yield
+    finally:
+        for name, value in headers.items():
+            setattr(codecache, name, value)
+        tempfile.tempdir = saved_tempdir
+        with contextlib.suppress(OSError):  # the default cache folder torch's import made, if empty: nothing of the bake's is in it
+            os.rmdir(codecache.default_cache_dir())
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def bake(name: str, model, args: tuple, kwargs: dict | None = None) -> Path:
     """Export `model` on the example inputs, compile it ahead of time with AOTInductor and store it,
     unpacked, under this machine's key; the folder it went to."""
@@ -116,7 +147,7 @@ def bake(name: str, model, args: tuple, kwargs: dict | None = None) -> Path:
     found = key()
     target = folder_for(name, found)
     exported = torch.export.export(model, args, kwargs)
-    with tempfile.TemporaryDirectory() as work:
+    with tempfile.TemporaryDirectory(prefix="torchstack-bake-") as work, _working_files_in(work):
         package = torch._inductor.aoti_compile_and_package(exported, package_path=os.path.join(work, "model.pt2"))
         shutil.rmtree(target, ignore_errors=True)
         target.mkdir(parents=True)

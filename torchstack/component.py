@@ -128,6 +128,9 @@ class Component(Frozen):
     # that component). The build checks it again (pip --check-build-dependencies).
     build_system_requires: tuple[str, ...] = ()
     runtime_requirements: tuple[PinnedPackage, ...] = ()
+    # What its installed package holds that nothing at run time reads (test programs), as globs under
+    # site-packages: left out of the final image.
+    unread: tuple[str, ...] = ()
     env: dict[str, str] = {}
     wheel_excludes: tuple[str, ...] = ()
     url: str

@@ -57,6 +57,7 @@ PAYLOAD_DIR = f"{TOOLKIT_DIR}/payload"
 
 # The dynamic loader's search path for the libraries the toolkit compiles (one file per image).
 LD_SO_CONF = "/etc/ld.so.conf.d/torchstack.conf"
+DPKG_UNREAD = "/etc/dpkg/dpkg.cfg.d/torchstack-unread"  # dpkg's path-exclude lines for what nothing at run time reads
 
 
 @dataclass(frozen=True)

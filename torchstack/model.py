@@ -111,6 +111,9 @@ class Distribution(Frozen):
     # What the installer (pip, runtime "full") needs at run time: the system CA store it trusts,
     # where a site adds its own CA (update-ca-certificates) for the images built on ours.
     installer_packages: tuple[str, ...] = ()
+    # What its packages in the final image carry that nothing at run time reads (dpkg path-exclude
+    # globs): never unpacked there.
+    unread_paths: tuple[str, ...] = ()
 
 
 class OpenBLASTuning(Frozen):

@@ -134,6 +134,7 @@ class ComponentPlan:
     runtime_packages: tuple[str, ...]
     build_requirements: tuple[str, ...]
     runtime_requirements: tuple[str, ...] = ()  # pip constraints for the packages it pulls in
+    unread: tuple[str, ...] = ()  # what its installed package holds that nothing at run time reads (globs under site-packages)
     downloads: tuple[str, ...] = ()  # what its stage's fetch step downloads for it (recipes.pip_requirements)
     ships: tuple[ShippedLibraries, ...] = ()
     host_runs: tuple[HostRun, ...] = ()  # what its build runs on the build host, when compiled
@@ -154,6 +155,8 @@ class Payload:
     settings: dict[str, RuntimeSetting]  # environment settings, default or documented
     installer: bool = True  # pip stays, held by the image's pins (layout.PINS); runtime "slim": none
     torch_constraints: tuple[str, ...] = ()  # those of python_constraints that torch's own install reads
+    unread_files: tuple[str, ...] = ()  # the components' files nothing at run time reads (globs under site-packages)
+    unread_packages: tuple[str, ...] = ()  # what the packages carry that nothing at run time reads: dpkg never unpacks it
 
     @property
     def library_dirs(self) -> list[str]:

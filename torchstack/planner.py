@@ -222,6 +222,7 @@ def _component_plan(
         runtime_packages=component.runtime_packages if compiled else (alternative.runtime_packages if alternative else ()),
         build_requirements=component.build_requirements if compiled else (),
         runtime_requirements=component.runtime_requirements,
+        unread=component.unread,
         downloads=pip_requirements(inputs),
         ships=_shipped(name, prefix, component.ships) if compiled else (),
         host_runs=component.host_runs if compiled else (),
@@ -259,6 +260,8 @@ def _payload(selection: Selection, components: tuple[ComponentPlan, ...]) -> Pay
         },
         installer=selection.runtime == "full",
         torch_constraints=tuple(sorted({r for c in components for r in c.runtime_requirements})),
+        unread_files=tuple(path for c in components for path in c.unread),
+        unread_packages=selection.distribution.unread_paths,
     )
 
 

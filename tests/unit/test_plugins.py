@@ -57,7 +57,7 @@ def test_plugins_that_fit_join_the_plan_the_tag_and_the_build_info(plan_for, plu
     torch_pins = (tmp_path / "final" / "constraints.txt").read_text().split()
     assert torch_pins == list(plan.payload.torch_constraints) and "sympy==1.14.0" in torch_pins
     assert (placed / "constraints.txt").read_text().split() == list(plan.payload.python_constraints)
-    assert dockerfile.index("/tmp/wheels/torch-*.whl\n") < dockerfile.index("COPY plugins/")
+    assert dockerfile.index("/tmp/wheels/torch-*.whl") < dockerfile.index("COPY plugins/")
 
 
 def test_a_plugin_for_another_platform_or_named_twice_is_refused(plan_for, plugin_wheels, tmp_path):

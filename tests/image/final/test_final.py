@@ -398,6 +398,26 @@ def test_no_headers_sources_or_wheels(host, labels):
     assert not leftovers, f"left in the final image: {leftovers[:20]}"
 
 
+def test_no_working_files_of_a_build_step(image, engine):
+    """Nothing a build step used stays in the image: in a new container of it (nothing run there
+    yet), every folder where steps leave working files is empty (layout.WORKING_FOLDERS)."""
+    with _running(image, engine) as pod:
+        found = pod.run(layout.WORKING_FILES_COMMAND).stdout.split()
+    assert not found, f"working files left in the image: {found[:20]}"
+
+
+def test_what_nothing_at_run_time_reads_is_not_shipped(host, catalog, ours):
+    """torch's C++ test programs and protoc (components.yaml: unread) and what the packages carry for no
+    run-time use (platforms.yaml: unread_paths, which dpkg leaves unpacked) are not in the image; the
+    examples and torch.compile, checked beside this, run without them."""
+    site = host.run(f"{ours['venv']}/bin/python3 -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))'").stdout.strip()
+    unread = [f"{site}/{path}" for c in catalog.components.values() for path in c.unread]
+    unread += list(catalog.distributions[ours["distribution"]].unread_paths)
+    found = host.run(f"ls -d {' '.join(unread)} 2>/dev/null").stdout.split()
+    assert site and not found, f"shipped, though nothing at run time reads them: {found[:20]}"
+    assert host.file(f"{site}/torch/bin/torch_shm_manager").exists, "torch_shm_manager (shared memory between processes) is gone"
+
+
 def test_the_installer_is_what_the_runtime_promises_and_no_pip_caches(host, user_host, ours):
     """A "full" image keeps pip for the images built on it, held by the image's pins (pip's and
     uv's constraints) and trusting the system CA store; a "slim" one has no installer. Neither
