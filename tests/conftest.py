@@ -1,6 +1,7 @@
 """Shared test fixtures: the catalog, a plan maker with a fixed clock; and, at the end of every test
 run, a check that the session left nothing of its own on the host (tests/session.py)."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -31,6 +32,12 @@ def plan_for(catalog):
 
 
 PLUGIN_SOURCES = Path(__file__).parent / "plugins"
+
+
+def dev_tool(name: str) -> str | None:
+    """A tool the dev extra installs (ruff, shellcheck, hadolint): the one beside the Python that runs
+    the tests (the toolkit's .venv/bin, which `.venv/bin/python -m pytest` does not put on PATH), else one on PATH."""
+    return shutil.which(name, path=os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", ""))))
 
 
 def build_plugin_wheels(out: Path, names: tuple[str, ...] | None = None) -> dict[str, Path]:

@@ -34,7 +34,6 @@ def test_the_readme_build_takes_buildkit_for_every_stage_and_passes_its_checks(b
     assert "failed" not in built_on_current["checks"] and "passed" in built_on_current["checks"], built_on_current["checks"]
     builders = {s["stage"]: s["builder"] for s in built_on_current["stages"]}
     assert set(builders) == {"base", "libs", "tools", "dev", "final"} and set(builders.values()) == {"buildkit"}, builders
-    assert "builder       buildx" in built_on_current["output"]
     on_current = docker.DockerClient(base_url=current_engine)
     release = on_current.images.get(built_on_current["final_image"])
     assert release.labels, "the release image on the current engine carries no labels"

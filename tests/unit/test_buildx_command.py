@@ -65,7 +65,9 @@ def test_the_compiler_cache_moves_in_from_the_context_and_out_into_the_output():
         assert text.startswith("FROM torchstack-os:bookworm-amd64 AS move\nARG NONCE\n") and '"$NONCE"' in text
 
 
-def test_the_compiler_cache_folder_needs_buildkit(catalog):
+def test_the_compiler_cache_folder_needs_buildkit(catalog, monkeypatch):
+    # The builder is the question here, not where the wheel comes from: --dry-run would download it.
+    monkeypatch.setattr("torchstack.settle._resolve_wheel", lambda catalog, request, plan: (request, []))
     refused = CliRunner().invoke(make_cli(catalog), ["--dry-run", "--builder", "docker", "--ccache-dir", "ccache"])
     assert refused.exit_code == 2 and "--ccache-dir moves BuildKit's compiler cache: use it with --builder buildx" in refused.output
     picked = CliRunner().invoke(make_cli(catalog), ["--dry-run", "--torch-from", "wheel", "--ccache-dir", "ccache"])

@@ -124,7 +124,7 @@ def test_a_wheel_build_takes_buildkit_where_the_engine_builds_with_it_by_default
 
     monkeypatch.setattr("torchstack.engine.buildx_available", lambda: buildx)
     monkeypatch.setattr("torchstack.engine.docker.DockerClient", Client)
-    result = CliRunner().invoke(cli, ["--engine", "docker", "--dry-run", "--torch-from", "wheel", "--openblas-from", "distro"])
+    result = CliRunner().invoke(cli, ["plan", "--engine", "docker", "--torch-from", "wheel", "--openblas-from", "distro"])
     assert result.exit_code == 0, result.output
     assert f"builder       {builder}" in result.output
 
@@ -208,6 +208,8 @@ def test_setup_host_refuses_an_engine_it_does_not_know_before_touching_anything(
 )
 def test_setup_host_refuses_a_release_it_does_not_know_before_touching_anything(tmp_path, os_release, says):
     """In a mount namespace of its own, so the host's /etc/os-release is not touched."""
+    if subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode != 0:
+        pytest.skip("this host refuses a mount namespace of its own (an unprivileged container)")
     fake = tmp_path / "os-release"
     fake.write_text(os_release)
     script = f'mount --bind "{fake}" /etc/os-release && exec bash scripts/setup-host.sh'

@@ -56,3 +56,12 @@ def test_no_module_over_400_lines_and_no_function_over_60():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60:
                 long[f"{path.name}:{node.name}"] = f"{node.end_lineno - node.lineno + 1} lines"
     assert not long, long
+
+
+def test_the_pipeline_refuses_nothing_the_settling_step_could():
+    """A build's options are refused before any work, in the settling step (settle.py, with the
+    request's own checks in options.py): the pipeline and the stages' building raise no usage error,
+    and make no plan of their own."""
+    for module in ("pipeline", "building"):
+        text = (PACKAGE / f"{module}.py").read_text()
+        assert "UsageProblem" not in text and "make_plan" not in text, module

@@ -190,4 +190,4 @@ def test_a_torchvision_wheel_for_another_torch_is_refused_by_the_pairing_table(p
         match=r"torchvision 0.23.0 is built for torch 2.8 \(torchvision's compatibility table.*"
         r"torchvision==0.28.0 pairs with it",
     ):
-        plan_for(methods={"torch": "wheel"}, plugin_wheels=(str(wheel),))
+        plan_for(methods={"torch": "wheel"}, distribution="bookworm", plugin_wheels=(str(wheel),))

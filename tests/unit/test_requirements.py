@@ -46,7 +46,7 @@ def test_any_other_failure_is_pips_own_last_error():
 def test_the_image_holds_torch_numpy_and_torchs_pins(plan_for, tmp_path):
     wanted = tmp_path / "requirements.txt"
     wanted.write_text("transformers\n")
-    plan = plan_for(torch_version="2.13.0", methods={"torch": "wheel", "openblas": "distro"}, requirements=wanted)
+    plan = plan_for(torch_version="2.13.0", methods={"torch": "wheel", "openblas": "distro"}, distribution="bookworm", requirements=wanted)
     pins = held(plan)
     assert pins["torch"] == "2.13.0" and pins["numpy"] == plan.component("numpy").version
     assert all(pins[name.split("==")[0].lower()] == name.split("==")[1] for name in plan.payload.python_constraints)

