@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The README's first build on an empty engine, part by part: what a newcomer waits for.
 
-    sudo python3 benchmarks/first_build.py [--json FILE]
+    sudo .venv/bin/python benchmarks/first_build.py [--json FILE]
 
 Starts a Docker engine of its own (tests/engine/hosts.py's second engine: its own data root,
 socket and bridge; the host's engine and its images are not touched) and an empty toolkit cache,

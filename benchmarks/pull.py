@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A new node's pull of the README image: zstd layers against gzip ones, side by side in one run.
 
-    python3 benchmarks/pull.py --image IMAGE [--rounds 3] [--json FILE]
+    .venv/bin/python benchmarks/pull.py --image IMAGE [--rounds 3] [--json FILE]
 
 IMAGE (the README's release image, say) goes to a registry on loopback (Debian's docker-registry)
 twice: as the engine pushes it (gzip) and as `--compression zstd` pushes it (skopeo, zstd, OCI).

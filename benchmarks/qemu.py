@@ -2,7 +2,7 @@
 """Emulated Python, bookworm's qemu-user-static 7.2 against the qemu-user that scripts/setup-host.sh
 installs (Debian trixie's, 10.0), side by side in one run.
 
-    python3 benchmarks/qemu.py --image IMAGE --vs /usr/bin/qemu-aarch64-static [--json FILE] [--rounds 5]
+    .venv/bin/python benchmarks/qemu.py --image IMAGE --vs /usr/bin/qemu-aarch64-static [--json FILE] [--rounds 5]
 
 Byte-compiling is most of what an emulated build's pip install does (torch and sympy hold thousands
 of modules). Each round runs, under each emulator in turn, the image's python3 compiling Python's own

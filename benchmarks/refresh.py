@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A security fix's refresh of the README's image against a cold build of it, side by side in one run.
 
-    python3 benchmarks/refresh.py [--json FILE] [--wheelhouse DIR]
+    .venv/bin/python benchmarks/refresh.py [--json FILE] [--wheelhouse DIR]
 
 On a build host that built the README's image before (stages in the engine's cache), a fix that
 the -security suite publishes afterwards reaches the next build of the same request as the

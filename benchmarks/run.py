@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What the toolkit costs and what its images deliver, each figure a ratio measured side by side in one run.
 
-    python3 benchmarks/run.py [--rounds 5] [--json FILE] [--short]
+    .venv/bin/python benchmarks/run.py [--rounds 5] [--json FILE] [--short]
 
 Builds (or finds in the engine's cache) the README's x86_64 image, and a plain image beside it:
 the same Debian image with the same torch wheel installed by pip alone. Then, in one run:
@@ -387,7 +387,7 @@ def recorded(script: str) -> dict:
     """What every result says of itself: its date, the command that made it, the machine it ran on."""
     return {
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
-        "command": " ".join(["python3", f"benchmarks/{script}", *sys.argv[1:]]),
+        "command": " ".join([".venv/bin/python", f"benchmarks/{script}", *sys.argv[1:]]),
         "machine": {"cpu": cpu_model(), "cores": len(os.sched_getaffinity(0)), "arch": platform.machine()},
     }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The README image's size as a new node pays for it, against another build of it, side by side in one run.
 
-    python3 benchmarks/size.py --image IMAGE --vs OTHER [--rounds 3] [--json FILE]
+    .venv/bin/python benchmarks/size.py --image IMAGE --vs OTHER [--rounds 3] [--json FILE]
 
 For each image: its size in the engine, its payload (the OS image, the venv, the compiled libraries, the
 Debian packages it adds and the toolkit's files: what it must carry), the size of its layers as pushed

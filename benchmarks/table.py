@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The benchmarks' results as Markdown: every benchmarks/results/*.json, one row per figure with its goal.
 
-    python3 benchmarks/table.py > benchmarks/README.md
+    .venv/bin/python benchmarks/table.py > benchmarks/README.md
 
 Reads what benchmarks/run.py and benchmarks/refresh.py write with --json (standard library only,
 no engine); the goals of run.py's figures are read from run.py's GOALS, the verdicts from the result.
@@ -24,27 +24,28 @@ INTRO = """\
 
 What the images and the toolkit cost and deliver, each figure measured side by side in one run so
 that a ratio holds on a noisy host. Each benchmark needs a build host with a running Docker engine
-(`bash scripts/setup-host.sh`) and writes nothing into the checkout unless told to.
+(`bash scripts/setup-host.sh --tests`), runs with the toolkit's venv (`.venv/bin/python`) and writes
+nothing into the checkout unless told to.
 
-- **run**: `python3 benchmarks/run.py [--rounds 5] [--runs 20] [--cpus N] --json benchmarks/results/run.json`.
+- **run**: `.venv/bin/python benchmarks/run.py [--rounds 5] [--runs 20] [--cpus N] --json benchmarks/results/run.json`.
   The README's image against a plain Debian image with the same torch wheel installed by pip alone
   (eager inference without and under a CPU limit, torch.compile), `./build.py` against `docker build`
   of the same Dockerfiles, image size against its payload, build time per stage.
-- **refresh**: `python3 benchmarks/refresh.py --json benchmarks/results/refresh.json`. A Debian
+- **refresh**: `.venv/bin/python benchmarks/refresh.py --json benchmarks/results/refresh.json`. A Debian
   security fix's refresh of the README's image against a cold build of it.
-- **warm**: `python3 benchmarks/warm.py --image IMAGE --json benchmarks/results/warm.json`. A new
+- **warm**: `.venv/bin/python benchmarks/warm.py --image IMAGE --json benchmarks/results/warm.json`. A new
   container's whole `docker run` to its first compiled answer: the model compiled at run time against
   the package the image baked when it was built.
-- **pull**: `python3 benchmarks/pull.py --image IMAGE --json benchmarks/results/pull.json`. A new
+- **pull**: `.venv/bin/python benchmarks/pull.py --image IMAGE --json benchmarks/results/pull.json`. A new
   node's pull and unpack of an image from a loopback registry, zstd layers against gzip, with
   containerd's `ctr` (what Kubernetes nodes run) and with Podman.
-- **first_build**: `python3 benchmarks/first_build.py --json benchmarks/results/first_build.json` (as
+- **first_build**: `.venv/bin/python benchmarks/first_build.py --json benchmarks/results/first_build.json` (as
   root). The README's build on an engine of its own with an empty data root and an empty toolkit
   cache, as on a new host: the bootstrap, each stage and the checks.
-- **size**: `python3 benchmarks/size.py --image IMAGE --vs OTHER --json benchmarks/results/size.json`. The
+- **size**: `.venv/bin/python benchmarks/size.py --image IMAGE --vs OTHER --json benchmarks/results/size.json`. The
   README image as a new node pays for it (its size against its payload, its layers as pushed, a pull and
   unpack with containerd's `ctr`) against another build of the same request, side by side.
-- **qemu**: `python3 benchmarks/qemu.py --image ARM64-IMAGE --vs /usr/bin/qemu-aarch64-static --json
+- **qemu**: `.venv/bin/python benchmarks/qemu.py --image ARM64-IMAGE --vs /usr/bin/qemu-aarch64-static --json
   benchmarks/results/qemu.json`. Emulated Python under the qemu-user that `scripts/setup-host.sh`
   installs against bookworm's qemu-user-static.
 
@@ -54,7 +55,7 @@ under a CPU limit the times are means over more runs (throughput), since the med
 throttling. The gap under a CPU limit grows with the ratio of the host's cores to the limit.
 
 This file is generated from `benchmarks/results/*.json`: after a run, regenerate it with
-`python3 benchmarks/table.py > benchmarks/README.md`.
+`.venv/bin/python benchmarks/table.py > benchmarks/README.md`.
 """
 
 

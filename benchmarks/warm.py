@@ -2,7 +2,7 @@
 """A new container's first compiled answer: compiled at run time (cold) against loaded from the
 package baked when the image was built, side by side in one run.
 
-    python3 benchmarks/warm.py --image IMAGE [--rounds 3] [--json FILE]
+    .venv/bin/python benchmarks/warm.py --image IMAGE [--rounds 3] [--json FILE]
 
 Each round starts, in turn, two new containers of IMAGE (a final image built natively, which bakes
 examples/warm.py's model) and times the whole `docker run` to the example's answer:
