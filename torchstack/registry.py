@@ -93,6 +93,19 @@ def _login(host: str) -> tuple[str, str] | None:
     return None
 
 
+def _credential_helper(host: str) -> bool:
+    """Whether a Docker config names a credential helper (`credsStore`, `credHelpers`) that may hold
+    the login to `host`: the engine's CLI asks it, this module does not."""
+    for path in _auth_files():
+        try:
+            config = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if config.get("credsStore") or host in config.get("credHelpers", {}):
+            return True
+    return False
+
+
 class Registry:
     """One registry host, over HTTPS (plain HTTP on loopback, as the engine allows), with the
     login Podman or Docker stored and the token the registry asks for."""
@@ -162,6 +175,8 @@ def check_push_access(remote: str) -> None:
     if answer.status_code != 401:
         raise UsageProblem(f"--push: the registry {ref.host} answers {answer.status_code} at {answer.url}: is it a registry? ({log_in})")
     if where.auth is None:
+        if _credential_helper(ref.host):
+            return  # the login is in a credential helper's keeping, which the engine asks at the push
         raise UsageProblem(f"--push: the registry {ref.host} asks for a login and this host stored none: {log_in}")
     challenge = answer.headers.get("WWW-Authenticate", "")
     if "Bearer" in challenge:

@@ -100,3 +100,11 @@ def test_a_registry_that_does_not_answer_is_one_line():
     assert str(refused.value) == (
         f"--push: the registry 127.0.0.1:{port} does not answer (connection refused): check --registry, or start the registry"
     )
+
+
+def test_a_login_kept_by_a_credential_helper_is_left_to_the_engine(serve, tmp_path):
+    """docker login with a credential helper stores no password in the config: the engine asks the
+    helper at the push, so the settling step does not refuse what it cannot read."""
+    remote, _ = serve("basic", None)
+    (tmp_path / "auth.json").write_text(json.dumps({"auths": {}, "credsStore": "secretservice"}))
+    registry.check_push_access(remote)
