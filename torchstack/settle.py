@@ -43,8 +43,9 @@ def settle(catalog: Catalog, options: Mapping[str, object]) -> Settled:
         names = publish.wanted(first, run.registry, run.push_stages, checked=not run.no_test)  # before any download
         registry.check_push_access(names[-1][1])
     resolved, notes = _resolve_wheel(catalog, request, first)
-    resolved = _fetch_plugins(resolved, first, run.pip_index_url)
-    plan = first if resolved == request else make_plan(catalog, resolved)
+    pending = [p.requirement for p in first.plugins if p.wheel is None]
+    resolved = _fetch_plugins(resolved, first, pending, run.pip_index_url)
+    plan = first if resolved == request and not pending else make_plan(catalog, resolved)  # the plan finds fetched wheels
     missing = [p.requirement for p in plan.plugins if p.wheel is None]
     if missing:
         raise ToolkitError(f"pip downloaded no wheel of {', '.join(missing)} for {plan.arch.name} cp{plan.distribution.python}")
@@ -84,10 +85,9 @@ def _resolve_wheel(catalog: Catalog, request: Request, plan: Plan) -> tuple[Requ
     return dataclasses.replace(request, torch_wheel=str(path)), notes
 
 
-def _fetch_plugins(request: Request, plan: Plan, index_url: str | None) -> Request:
-    """Plugin wheels named NAME==VERSION (or a backend's own plugin) downloaded now, into the folder
-    the request names: the final plan finds them there, and checks their torch requirements."""
-    pending = [p.requirement for p in plan.plugins if p.wheel is None]
+def _fetch_plugins(request: Request, plan: Plan, pending: list[str], index_url: str | None) -> Request:
+    """The plugin wheels `pending` (named NAME==VERSION, or a backend's own plugin) downloaded now, into
+    the folder the request names: the final plan finds them there, and checks their torch requirements."""
     if not pending:
         return request
     if request.plugin_cache is None:

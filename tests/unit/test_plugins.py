@@ -191,3 +191,21 @@ def test_a_torchvision_wheel_for_another_torch_is_refused_by_the_pairing_table(p
         r"torchvision==0.28.0 pairs with it",
     ):
         plan_for(methods={"torch": "wheel"}, distribution="bookworm", plugin_wheels=(str(wheel),))
+
+
+def test_a_plugin_named_by_version_is_fetched_before_the_plan_that_builds_it(catalog, plugin_wheels, monkeypatch, tmp_path):
+    """--plugin-wheel NAME==VERSION: the settling step downloads it into the plugin folder the request
+    always names, then makes the plan that finds it there (the plan made before the download had none)."""
+    from click.testing import CliRunner
+
+    from torchstack.cli import make_cli
+
+    def download(dest, arch, python, requirement, index_url=None, extra=None):
+        dest.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(plugin_wheels["compile_backend"], dest)
+
+    monkeypatch.setenv("TORCHSTACK_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr("torchstack.settle.download_wheel", download)
+    result = CliRunner().invoke(make_cli(catalog), ["--dry-run", "--plugin-wheel", "torchstack-test-compile==0.1.0"])
+    assert result.exit_code == 0, result.output
+    assert "torchstack-test-compile-0.1.0" in result.output, result.output
