@@ -191,7 +191,11 @@ def build_image_buildx(
         process.wait()
     except BaseException:
         process.terminate()
-        process.wait()
+        try:
+            process.communicate(timeout=30)  # read what it still says: a full pipe would keep it from ending
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
         raise
     if process.returncode != 0:
         errors = [line for line in progress.tail if "ERROR" in line] or ["docker buildx build failed"]
