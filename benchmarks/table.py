@@ -29,8 +29,8 @@ nothing into the checkout unless told to.
 
 - **run**: `.venv/bin/python benchmarks/run.py [--rounds 5] [--runs 20] [--cpus N] --json benchmarks/results/run.json`.
   The README's image against a plain Debian image with the same torch wheel installed by pip alone
-  (eager inference without and under a CPU limit, torch.compile), `./build.py` against `docker build`
-  of the same Dockerfiles, image size against its payload, build time per stage.
+  (eager inference without and under a CPU limit, torch.compile), `./build.py` against the engine's own
+  build of the same contexts, image size against its payload, build time per stage.
 - **refresh**: `.venv/bin/python benchmarks/refresh.py --json benchmarks/results/refresh.json`. A Debian
   security fix's refresh of the README's image against a cold build of it.
 - **warm**: `.venv/bin/python benchmarks/warm.py --image IMAGE --json benchmarks/results/warm.json`. A new
@@ -114,7 +114,7 @@ def run_figures(result: dict) -> list[tuple[str, str, str]]:
     noop = over.get("noop")
     if noop:
         detail = f" ({noop['toolkit_s']:.2f} s / {noop['docker_build_s']:.2f} s)"
-        ratio("no-op rebuild, `./build.py` / `docker build`", noop.get("ratio"), "noop_overhead", "<=", detail=detail)
+        ratio("no-op rebuild, `./build.py` / the engine's build", noop.get("ratio"), "noop_overhead", "<=", detail=detail)
     if "final_only" in over and "cold" in over:
         final_only, cold = over["final_only"], over["cold"]
         rebuilt = ", ".join(stage for stage, status in final_only.get("stages", {}).items() if status != "cached")

@@ -44,7 +44,7 @@ def test_the_benchmark_prints_and_writes_every_figure(x86_build, tmp_path):
     assert inference["compile"]["plain_image"].startswith("fails:"), "the plain image has no compiler"
     noop = figures["overhead"]["noop"]
     assert noop["toolkit_s"] > 0 and noop["docker_build_s"] > 0
-    assert noop["same_images"], "docker build of the rendered Dockerfiles must reach the toolkit's very images"
+    assert noop["same_images"], "the engine's build of the rendered contexts must reach the toolkit's very images"
     assert figures["overhead"]["matrix"]["jobs"] > 0
     size = figures["size"]
     assert size["venv"] > 0 and size["payload"] > size["os_image"] and size["final"] > 0 and size["plain"] > 0
