@@ -261,7 +261,11 @@ def join_architectures(
         insecure = ["--insecure"] if registry.is_loopback(host) else []  # as the engine: plain HTTP on loopback only
 
         def platforms(source: str) -> list[str]:
-            answer = json.loads(_cli("docker", "manifest", "inspect", "--verbose", *insecure, source, missing_is_usage=True))
+            try:
+                answer = json.loads(_cli("docker", "manifest", "inspect", "--verbose", *insecure, source, missing_is_usage=True))
+            except UsageProblem:
+                _refuse_unreadable(source)
+                raise
             return [entry["Descriptor"]["platform"]["architecture"] for entry in (answer if isinstance(answer, list) else [answer])]
 
         found = _by_architecture(target, sources, expected, platforms, say)
@@ -271,6 +275,20 @@ def join_architectures(
     if not digest:
         raise PushFailed(f"{engine} manifest push {target} reported no digest: {pushed.strip()[:200]}")
     return digest[0]
+
+
+def _refuse_unreadable(source: str) -> None:
+    """Docker 20.10's CLI answers "no such manifest" for an image the registry holds as OCI (as
+    --compression zstd pushes it): refused in one line naming a way that reads it."""
+    try:
+        _, manifest = registry.Registry(source.split("/", 1)[0]).manifest(registry.parse(source))
+    except (registry.RegistryProblem, UsageProblem):
+        return
+    if manifest.get("mediaType", "").startswith("application/vnd.oci."):
+        raise UsageProblem(
+            f"{source} is an OCI image (as --compression zstd pushes it), which this Docker CLI cannot read "
+            "(Docker 20.10's cannot; a current one can): join it with --engine podman, or a current Docker CLI"
+        )
 
 
 def _by_architecture(
