@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -175,7 +178,9 @@ def build_image_buildx(
     command = buildx_command(context, tag, platform, labels, nocache, secrets, builder, cache_from)
     steps: dict[str, str] = {}
     cached: set[str] = set()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, bufsize=1)
+    # A process group of its own: Docker 20.10's CLI runs buildx as a plugin process, and when the CLI
+    # is stopped the plugin goes on building and keeps the pipe open; the group stops both.
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, bufsize=1, start_new_session=True)
     try:
         for line in process.stderr:
             line = line.rstrip("\n")
@@ -190,12 +195,7 @@ def build_image_buildx(
             log(line)  # after the progress, so that a new step is shown as it starts
         process.wait()
     except BaseException:
-        process.terminate()
-        try:
-            process.communicate(timeout=30)  # read what it still says: a full pipe would keep it from ending
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.communicate()
+        _stop_group(process)
         raise
     if process.returncode != 0:
         errors = [line for line in progress.tail if "ERROR" in line] or ["docker buildx build failed"]
@@ -205,6 +205,19 @@ def build_image_buildx(
     image_id = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", tag], capture_output=True, text=True).stdout.strip()
     ran = tuple(steps[k] for k in sorted(run_steps - cached, key=int))
     return BuildResult(image_id=image_id, seconds=time.monotonic() - progress.started, cached=run_steps <= cached, ran=ran)
+
+
+def _stop_group(process: subprocess.Popen) -> None:
+    """Stop a build's process group: asked first (buildx then cancels its build in BuildKit), killed
+    after 30 s. What it still writes is read meanwhile: a full pipe would keep it from ending."""
+    for sent, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sent)
+        try:
+            process.communicate(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def buildx_command(
