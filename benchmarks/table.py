@@ -219,6 +219,22 @@ def size_figures(result: dict) -> list[tuple[str, str, str]]:
             f"{result['pull_ratio']:.3f}",
             "",
         ),
+        *_child_figures(result),
+    ]
+
+
+def _child_figures(result: dict) -> list[tuple[str, str, str]]:
+    """The docs' child image that bakes a model, where the result measured it."""
+    if "child" not in result["mib"]:
+        return []
+    child = result["mib"]["child"]
+    return [
+        (
+            "docs' baking child: added / carried (app and package)",
+            f"{child['added']:,.1f} MiB / {child['carried']:,.1f} MiB = {result['child_added_over_carried']:.2f} "
+            f"(child image {child['size']:,.0f} MiB)",
+            goal(f"added / carried {result['goals']['child_added_over_carried']}", result["child_goal_met"]),
+        )
     ]
 
 

@@ -9,10 +9,10 @@ import shutil
 
 import pytest
 
+from tests.engine.children import LOAD, write_docs_child
 from tests.engine.conftest import pypi_wheel
 from tests.engine.images import X86_ARGS, run_build_py, x86_wheelhouse
 from torchstack import layout, sharing
-from torchstack.model import ROOT
 
 pytestmark = pytest.mark.engine
 
@@ -73,37 +73,10 @@ def test_pypis_cuda_built_torchvision_beside_our_cpu_torch_is_refused_before_any
     assert "this image's torch 2.13.0+cpu is a CPU build" in result.stderr
 
 
-# The docs' child image ("Models compiled ahead, loaded warm"): an app whose export.py bakes its model.
-APP = """import torch
-
-
-def make_model():
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten())
-"""
-EXPORT = """import torch, torchstack_warm
-from app import make_model
-
-model = make_model().eval()
-torchstack_warm.bake("classifier", model, (torch.randn(2, 3, 32, 32),))
-"""
-LOAD = (
-    "import sys, torch, torchstack_warm; sys.path.insert(0, '/app'); from app import make_model; "
-    "model = make_model().eval(); x = torch.randn(2, 3, 32, 32); "
-    "run, how = torchstack_warm.load('classifier', model, (x,)); "
-    "print(how, torch.allclose(run(x), model(x), atol=1e-5))"
-)
-
-
 def test_a_child_that_bakes_a_model_as_the_docs_say_keeps_the_package_and_no_working_files(client, x86_build, tmp_path, unique_tag):
     """The docs' Dockerfile word for word, on the README image: the bake leaves its package, which a
     new container loads without compiling, and nothing else (its compile's working files went with the step)."""
-    (tmp_path / "app").mkdir()
-    (tmp_path / "app" / "app.py").write_text(APP)
-    (tmp_path / "app" / "export.py").write_text(EXPORT)
-    docs = (ROOT / "docs" / "using" / "building-on-the-image.md").read_text()
-    (dockerfile,) = [block.split("```", 1)[0] for block in docs.split("```dockerfile\n")[1:] if "export.py" in block.split("```", 1)[0]]
-    (tmp_path / "Dockerfile").write_text(dockerfile.replace(dockerfile.splitlines()[0], f"FROM {x86_build['final_image']}"))
+    write_docs_child(tmp_path, x86_build["final_image"])
     child = f"torchstack-child:bake-{unique_tag}"
     client.images.build(path=str(tmp_path), tag=child, network_mode="none", rm=True)
     try:
