@@ -7,9 +7,7 @@ For each image: its size in the engine, its payload (the OS image, the venv, the
 Debian packages it adds and the toolkit's files: what it must carry), the size of its layers as pushed
 (gzip, as the engine pushes them to a registry on loopback), and a new node's pull and unpack of it with
 containerd's `ctr` (what Kubernetes nodes run), the two interleaved round by round. Figures: image /
-payload (goal at most 1.10) and IMAGE / OTHER of each. Then the docs' child image that bakes a model
-(docs/using/building-on-the-image.md, word for word) on IMAGE: what it adds against what it must carry,
-its app and the baked package (goal at most 1.10 as well).
+payload (goal at most 1.10) and IMAGE / OTHER of each.
 """
 
 from __future__ import annotations
@@ -21,7 +19,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,7 +26,6 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.pull import ctr_pull, layers_size  # noqa: E402
 from benchmarks.run import du, image_size, packages, recorded  # noqa: E402
-from tests.engine.children import CARRIED, write_docs_child  # noqa: E402
 from tests.engine.hosts import running_registry  # noqa: E402
 
 GOAL = 1.10  # image / payload
@@ -65,19 +61,6 @@ def pushed_size(registry: str, image: str, name: str) -> int:
     return layers_size(registry, f"bench/{name}")
 
 
-def child(image: str) -> dict[str, int]:
-    """The docs' child image on `image`: its size, what it adds to `image` and what it must carry."""
-    name = f"torchstack-bench-child:{uuid.uuid4().hex[:10]}"
-    with tempfile.TemporaryDirectory() as work:
-        write_docs_child(Path(work), image)
-        run("docker", "build", "--quiet", "--network", "none", "--tag", name, work)
-    try:
-        size = image_size(name)
-        return {"size": size, "added": size - image_size(image), "carried": du(name, *CARRIED)}
-    finally:
-        run("docker", "rmi", name)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--image", required=True, help="the image measured")
@@ -94,9 +77,7 @@ def main() -> None:
         for _ in range(args.rounds):  # interleaved, so that drift hits both alike
             for name in images:
                 pulls[name].append(ctr_pull(f"{registry}/bench/{name}:bench"))
-    figures["child"] = child(args.image)
     mib = {name: {key: round(value / 2**20, 1) for key, value in f.items()} for name, f in figures.items()}
-    child_over_carried = round(figures["child"]["added"] / figures["child"]["carried"], 3)
     medians = {name: statistics.median(times) for name, times in pulls.items()}
     over_payload = round(figures["image"]["size"] / figures["image"]["payload"], 3)
     result = {
@@ -109,10 +90,8 @@ def main() -> None:
         "size_ratio": round(figures["image"]["size"] / figures["vs"]["size"], 3),
         "pushed_ratio": round(figures["image"]["pushed"] / figures["vs"]["pushed"], 3),
         "pull_ratio": round(medians["image"] / medians["vs"], 3),
-        "child_added_over_carried": child_over_carried,
-        "goals": {"image_over_payload": f"<= {GOAL}", "child_added_over_carried": f"<= {GOAL}"},
+        "goals": {"image_over_payload": f"<= {GOAL}"},
         "goals_met": over_payload <= GOAL,
-        "child_goal_met": child_over_carried <= GOAL,
     }
     print(json.dumps(result, indent=2))
     if args.json:
