@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import uuid
@@ -23,14 +22,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.run import du, image_size, recorded  # noqa: E402
+from benchmarks.run import du, image_size, recorded, run  # noqa: E402
 from tests.engine.children import CARRIED, write_docs_child  # noqa: E402
 
 GOAL = 1.10  # added / carried
-
-
-def run(*command: str) -> str:
-    return subprocess.run(command, check=True, capture_output=True, text=True).stdout
 
 
 def main() -> None:
@@ -41,12 +36,12 @@ def main() -> None:
     name = f"torchstack-bench-child:{uuid.uuid4().hex[:10]}"
     with tempfile.TemporaryDirectory() as work:
         write_docs_child(Path(work), args.image)
-        run("docker", "build", "--quiet", "--network", "none", "--tag", name, work)
+        run(["docker", "build", "--quiet", "--network", "none", "--tag", name, work])
     try:
         size, parent = image_size(name), image_size(args.image)
         carried = du(name, *CARRIED)
     finally:
-        run("docker", "rmi", name)
+        run(["docker", "rmi", name])
     added = size - parent
     ratio = round(added / carried, 3)
     sizes = {"image": parent, "child": size, "added": added, "carried": carried}

@@ -12,7 +12,8 @@ the same Debian image with the same torch wheel installed by pip alone. Then, in
    (throughput); torch.compile against eager in our image;
 2. toolkit overhead: a no-op rebuild through ./build.py against the engine's own build of the
    same rendered contexts on the same cache (Docker's build API, which `docker build` calls); a
-   rebuild after a change to the final stage only against a cold (--no-cache) build of the chain; planning and rendering the whole matrix;
+   rebuild after a change to the final stage only against a cold (--no-cache) build of the chain;
+   planning and rendering the whole matrix;
 3. size: the final image against the payload it carries, measured inside it, and against the
    plain image plus the toolchain torch.compile needs;
 4. build time per stage, from the cold build's summary.

@@ -281,7 +281,8 @@ def _refuse_unreadable(source: str) -> None:
     """Docker 20.10's CLI answers "no such manifest" for an image the registry holds as OCI (as
     --compression zstd pushes it): refused in one line naming a way that reads it."""
     try:
-        _, manifest = registry.Registry(source.split("/", 1)[0]).manifest(registry.parse(source))
+        reference = registry.parse(source)
+        _, manifest = registry.Registry(reference.host).manifest(reference)
     except (registry.RegistryProblem, UsageProblem):
         return
     if manifest.get("mediaType", "").startswith("application/vnd.oci."):

@@ -1,6 +1,6 @@
 """The docs' child image that bakes a model ("Models compiled ahead, loaded warm" in
 docs/using/building-on-the-image.md): its app, and its Dockerfile taken word for word from the docs.
-The engine tests build it to prove the bake leaves nothing behind; benchmarks/size.py measures it."""
+The engine tests build it to prove the bake leaves nothing behind; benchmarks/child.py measures it."""
 
 from __future__ import annotations
 
