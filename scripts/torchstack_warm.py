@@ -14,6 +14,8 @@ A package is stored under what must match where it runs: torch's version, Python
 vector instructions Inductor compiled for (`pick_vec_isa`) and the C++ compiler. `load` takes only a
 package whose key equals this machine's; on any other (a node with other vector instructions, another
 torch) it says so in one line and falls back to torch.compile, so the answer is right either way.
+The fallback freezes the weights into the compiled graph, as the package has them (Inductor's
+`freezing`, which applies where gradients are off, as in inference).
 The package is unpacked in the image at build time: loading it writes nothing, and works under a
 read-only root file system, any user id and a noexec /tmp.
 
@@ -194,7 +196,8 @@ def _why_not(name: str, found: dict[str, str]) -> str | None:
 
 def load(name: str, model=None, args: tuple | None = None):
     """The callable that answers for `name`, and how it came: ("baked", the stored package) where one
-    was made for this machine, else ("compiled", torch.compile(model)), said in one line on stderr."""
+    was made for this machine, else ("compiled", torch.compile(model) with its weights frozen in, as
+    the package has them), said in one line on stderr."""
     import torch
 
     found = key()
@@ -205,7 +208,7 @@ def load(name: str, model=None, args: tuple | None = None):
     if model is None:
         raise RuntimeError(f"torchstack_warm: {name}: {why}, and no model was given to compile instead")
     print(f"torchstack_warm: {name}: {why}; compiling it here with torch.compile instead", file=sys.stderr)
-    return torch.compile(model), "compiled"
+    return torch.compile(model, options={"freezing": True}), "compiled"
 
 
 def main() -> None:

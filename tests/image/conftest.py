@@ -34,6 +34,12 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "side_by_side(*runs): the slow runs (test_final.RUNS) this check reads")
 
 
+def pytest_collection_modifyitems(session, config, items):
+    """The checks that wait for a side-by-side run go last (in their order): the others run while those
+    runs work, not after them."""
+    items.sort(key=lambda item: item.get_closest_marker("side_by_side") is not None)
+
+
 @pytest.fixture(scope="session")
 def catalog():
     return load_catalog()

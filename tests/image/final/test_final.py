@@ -51,19 +51,22 @@ print(f"Inductor's vector ISA: {cpu_vec_isa.pick_vec_isa()!r}")
 # (aarch64 torch's default int8 engine, oneDNN with ACL, also dies of SIGILL under bookworm's
 # qemu 7.2, an instruction qemu does not implement.)
 UNDER_EMULATION = ("resnet.py",)
-# The examples of the examples loop, run one after another in one Python process (torch imported
-# once: 2 of the 3 CPU-seconds of each run): each as `python3 NAME ARGS` runs it (its own __main__,
-# argv and output), its exit status what SystemExit or an exception would give, its output in
-# JSON. argv[1] is JSON: [[NAME, [ARGS...]], ...].
-EXAMPLES_IN_ONE_PROCESS = """
+# Scripts run one after another in one Python process (torch imported once: 2 of the 3 CPU-seconds
+# of each run): each as `python3 NAME ARGS` runs it (its own __main__, argv and output), its exit
+# status what SystemExit or an exception would give, its output in JSON. argv[1] is JSON:
+# [[NAME, [ARGS...], CODE], ...], CODE null for a file of the working folder, else its text.
+IN_ONE_PROCESS = """
 import contextlib, io, json, runpy, sys, traceback
 ran = {}
-for name, args in json.loads(sys.argv[1]):
+for name, args, code_text in json.loads(sys.argv[1]):
     out, err, code = io.StringIO(), io.StringIO(), 0
     sys.argv = [name, *args]
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            runpy.run_path(name, run_name="__main__")
+            if code_text is None:
+                runpy.run_path(name, run_name="__main__")
+            else:
+                exec(compile(code_text, name, "exec"), {"__name__": "__main__"})
         except SystemExit as end:
             code = end.code if isinstance(end.code, int) else 0 if end.code is None else 1
             if isinstance(end.code, str):
@@ -309,8 +312,14 @@ def test_what_torch_pulls_in_is_pinned(python, ours):
     assert pulled, "torch pulls in nothing: the image's metadata was not read"
 
 
+def _on_path(host, names) -> list[str]:
+    """Which of `names` the image's PATH has, asked in one command."""
+    found = host.run(f'for name in {" ".join(names)}; do command -v "$name"; done').stdout.split()
+    return [path.rsplit("/", 1)[-1] for path in found]
+
+
 def test_compilers_are_what_the_runtime_promises(host, ours):
-    found = [name for name in COMPILERS if host.exists(name)]
+    found = _on_path(host, COMPILERS)
     if ours["runtime"] == "full":
         assert {"g++", "gcc"} <= set(found), f"runtime full, but torch.compile's compiler is missing (found {found})"
     else:
@@ -319,7 +328,7 @@ def test_compilers_are_what_the_runtime_promises(host, ours):
 
 
 def test_no_build_tools(host):
-    found = [name for name in BUILD_TOOLS if host.exists(name)]
+    found = _on_path(host, BUILD_TOOLS)
     assert not found, f"build tools left in the final image: {found}"
 
 
@@ -327,7 +336,7 @@ def test_no_build_tools(host):
 def test_torch_compile_compiles_a_model_that_matches_eager(side_by_side, ours):
     """Natively, examples/compile.py (a ResNet-style model with freezing, as users run it) in a
     restricted pod; the examples loop leaves it to this check. Else the small model of COMPILE."""
-    result = side_by_side("compile")
+    result = side_by_side("compile")["compile"]
     if ours["runtime"] == "slim":
         assert result.rc != 0 and "InvalidCxxCompiler" in result.stderr, (
             f"a slim image should refuse torch.compile for want of a C++ compiler (exit {result.rc}):\n{result.stderr[-1500:]}"
@@ -337,19 +346,6 @@ def test_torch_compile_compiles_a_model_that_matches_eager(side_by_side, ours):
     vec_isa = re.search(r"Inductor's vector ISA: (\S+)", result.stdout)
     assert vec_isa and vec_isa[1] != "''", f"Inductor found no vector ISA for its kernels ({result.stdout[-500:]})"
     print(result.stdout.strip())
-
-
-def _compile(image, engine, ours):
-    """How torch.compile ends: natively compile.py in a restricted pod; under qemu and in a slim
-    image, the small model of COMPILE as the default user. Under qemu without Inductor's header
-    precompile: for one graph it only adds work (g++ reads the header once either way; natively
-    16 s with it, 13 s without), and it runs natively in compile.py and the noexec-home run."""
-    if ours["runtime"] == "slim" or ours["arch"] != host_arch():
-        env = NO_HEADER_PRECOMPILE if ours["arch"] != host_arch() else ""
-        with _running(image, engine) as plain:
-            return plain.run(f"{env} python3 -c {shlex.quote(COMPILE)}")
-    with _running(image, engine, tmpfs=EXEC_TMP, **RESTRICTED) as pod:
-        return pod.run(f"cd {EXAMPLES} && python3 compile.py")
 
 
 # A package baked for another CPU (warm_elsewhere.py), run in the image.
@@ -362,33 +358,42 @@ def _baked(ours) -> bool:
     return ours["runtime"] == "full" and ours["arch"] == host_arch()
 
 
-def test_a_baked_model_answers_a_new_restricted_pod_without_compiling(image, engine, ours):
-    """A new container under the restricted profile, with a noexec /tmp: the example's model answers from
-    the package compiled when the image was built, Dynamo compiles no frame, and it matches eager mode."""
-    if not _baked(ours):
-        pytest.skip("no package baked: an emulated or slim image")
-    with _running(image, engine, tmpfs=NOEXEC_TMP, **RESTRICTED) as pod:
-        result = pod.run(f"cd {EXAMPLES} && python3 warm.py")
-    assert result.rc == 0, result.stderr[-1500:]
-    assert "answered from the baked model" in result.stdout and "frames compiled in this process: 0" in result.stdout, result.stdout
-
-
-def _warm_elsewhere(image, engine, ours):
-    """warm_elsewhere.py's run in a restricted pod, where a package was baked; without Inductor's header
-    precompile, which only adds work to the one graph the fallback compiles (NO_HEADER_PRECOMPILE)."""
-    if not _baked(ours):
-        return None
+def _compile(image, engine, ours) -> dict:
+    """How torch.compile ends ("compile"): natively compile.py in a restricted pod; under qemu and in
+    a slim image, the small model of COMPILE as the default user (under qemu without Inductor's header
+    precompile: for one graph it only adds work). Where a package was baked, warm_elsewhere.py
+    ("warm-elsewhere") follows compile.py in its process, as a server loads its models one after
+    another: the fallback compiles the same model frozen, as compile.py does, with what compile.py left
+    in Inductor's caches. compile.py's own compile is the one from nothing."""
+    if ours["runtime"] == "slim" or ours["arch"] != host_arch():
+        env = NO_HEADER_PRECOMPILE if ours["arch"] != host_arch() else ""
+        with _running(image, engine) as plain:
+            return {"compile": plain.run(f"{env} python3 -c {shlex.quote(COMPILE)}"), "warm-elsewhere": None}
+    plan = [("compile.py", [], None)] + ([("warm_elsewhere.py", [], WARM_ELSEWHERE)] if _baked(ours) else [])
     with _running(image, engine, tmpfs=EXEC_TMP, **RESTRICTED) as pod:
-        return pod.run(f"cd {EXAMPLES} && {NO_HEADER_PRECOMPILE} python3 -c {shlex.quote(WARM_ELSEWHERE)}")
+        ran = _in_one_process(pod, plan)
+    return {"compile": ran["compile.py"], "warm-elsewhere": ran.get("warm_elsewhere.py")}
 
 
-@pytest.mark.side_by_side("warm-elsewhere")
+@pytest.mark.side_by_side("compile")
 def test_a_package_made_for_another_cpu_is_refused_and_the_model_compiled(side_by_side):
     """An image baked where other vector instructions were: its package is not used, the model is compiled
     here instead, and the answer matches eager mode (warm_elsewhere.py)."""
-    result = side_by_side("warm-elsewhere") or pytest.skip("no package baked: an emulated or slim image")
+    result = side_by_side("compile")["warm-elsewhere"] or pytest.skip("no package baked: an emulated or slim image")
     assert result.rc == 0, result.stderr[-2500:]
     assert "was refused" in result.stdout and "made for another machine: cpu" in result.stderr, result.stdout + result.stderr
+
+
+@pytest.mark.side_by_side("examples")
+def test_a_baked_model_answers_a_new_restricted_pod_without_compiling(side_by_side, ours):
+    """A new container under the restricted profile, with Docker's noexec /tmp (the examples loop): the
+    example's model answers from the package compiled when the image was built, Dynamo compiles no frame,
+    and it matches eager mode."""
+    if not _baked(ours):
+        pytest.skip("no package baked: an emulated or slim image")
+    result = side_by_side("examples")["warm.py"]
+    assert result.rc == 0, result.stderr[-1500:]
+    assert "answered from the baked model" in result.stdout and "frames compiled in this process: 0" in result.stdout, result.stdout
 
 
 def test_no_headers_sources_or_wheels(host, labels):
@@ -543,13 +548,16 @@ def any_user_host(image, engine):
         yield started
 
 
-def _threads(host, ours, env: str = "") -> tuple[str, str]:
+# What the start-up hook set and decided, without importing torch (OMP_NUM_THREADS is what torch then uses).
+HOOK_THREADS = "import os, torchstack_startup as t; print(f\"threads: {os.environ.get('OMP_NUM_THREADS', 'unset')} ({t.decision})\")"
+
+
+def _threads(host, ours, env: str = "", torch: bool = True) -> tuple[str, str]:
     """The thread count torch starts with, and what the start-up hook decided, from backend_info.py.
-    Under qemu (an image of another architecture), what the hook set instead of importing torch
-    (15 s each there): that torch follows OMP_NUM_THREADS is checked natively."""
-    if ours["arch"] != host_arch():
-        code = "import os, torchstack_startup as t; print(f\"threads: {os.environ.get('OMP_NUM_THREADS', 'unset')} ({t.decision})\")"
-        result = host.run(f"{env} python3 -c {shlex.quote(code)}")
+    Without `torch`, and under qemu (an image of another architecture, where an import of torch takes
+    15 s), what the hook set instead: that torch follows OMP_NUM_THREADS is checked natively."""
+    if not torch or ours["arch"] != host_arch():
+        result = host.run(f"{env} python3 -c {shlex.quote(HOOK_THREADS)}")
     else:
         result = host.run(f"cd {EXAMPLES} && {env} python3 backend_info.py")
     assert result.rc == 0, result.stderr[-1500:]
@@ -559,20 +567,16 @@ def _threads(host, ours, env: str = "") -> tuple[str, str]:
 
 
 # The runs under a CPU limit (docker run --cpus=1: a CFS quota, as a Kubernetes CPU limit): as the
-# image starts, with the user's OMP_NUM_THREADS, and with the switch that leaves threads to torch.
-UNDER_A_CPU_LIMIT = {"plain": "", "user's": "OMP_NUM_THREADS=2", "switched off": "TORCHSTACK_FOLLOW_CPU_LIMIT=0"}
+# image starts (torch's own count), with the user's OMP_NUM_THREADS, and with the switch that leaves
+# threads to torch (what the hook set: torch reads OMP_NUM_THREADS, as the first run shows).
+UNDER_A_CPU_LIMIT = {"plain": ("", True), "user's": ("OMP_NUM_THREADS=2", False), "switched off": ("TORCHSTACK_FOLLOW_CPU_LIMIT=0", False)}
 
 
 def _cpu_limit(image, engine, ours) -> dict[str, tuple[str, str]] | None:
     if len(os.sched_getaffinity(0)) < 2:
         return None  # this host has one CPU: no limit below its cores to run under
     with _running(image, engine, nano_cpus=10**9) as limited:
-        return {name: _threads(limited, ours, env) for name, env in UNDER_A_CPU_LIMIT.items()}
-
-
-def _affinity(image, engine, ours) -> tuple[str, str]:
-    with _running(image, engine, cpuset_cpus="0") as pinned:
-        return _threads(pinned, ours)
+        return {name: _threads(limited, ours, env, torch) for name, (env, torch) in UNDER_A_CPU_LIMIT.items()}
 
 
 def _eager_then_compile(image, engine, ours, env: str = "", **options) -> tuple[str, str]:
@@ -589,23 +593,30 @@ def _eager_then_compile(image, engine, ours, env: str = "", **options) -> tuple[
 
 
 def _examples(image, engine, ours) -> dict:
-    """Each example's run in a restricted pod, in one Python process (EXAMPLES_IN_ONE_PROCESS;
-    compile.py's is the compile check's, natively), one of them in --benchmark mode: {NAME: its
-    run as a testinfra result has it (rc, stdout, stderr), or None where not run}."""
+    """Each example's run in a restricted pod with Docker's noexec /tmp (none but compile.py needs a
+    folder to run code from), in one Python process (IN_ONE_PROCESS; compile.py's is the compile
+    check's, natively), one of them in --benchmark mode: {NAME: its run as a testinfra result has it
+    (rc, stdout, stderr), or None where not run}."""
     emulated = ours["arch"] != host_arch()
     benchmarked, benchmark_args = _benchmarked(ours)
-    with _running(image, engine, tmpfs=EXEC_TMP, **RESTRICTED) as pod:
+    pinned = {} if emulated else {"cpuset_cpus": "0"}  # docker run --cpuset-cpus=0: the affinity check reads backend_info.py
+    with _running(image, engine, tmpfs=NOEXEC_TMP, **RESTRICTED, **pinned) as pod:
         names = [path.rsplit("/", 1)[1] for path in pod.run(f"ls {EXAMPLES}/[!_]*.py").stdout.split()]
         wanted = [
             name
             for name in names
             if not (emulated and name not in UNDER_EMULATION) and not (name == "compile.py" and ours["runtime"] != "slim")
         ]
-        plan = json.dumps([[name, benchmark_args if name == benchmarked else []] for name in wanted])
-        result = pod.run(f"cd {EXAMPLES} && python3 -c {shlex.quote(EXAMPLES_IN_ONE_PROCESS)} {shlex.quote(plan)}")
-    assert result.rc == 0, f"the examples' runner failed:\n{result.stderr[-2500:]}"
-    ran = {name: types.SimpleNamespace(**outcome) for name, outcome in json.loads(result.stdout.splitlines()[-1]).items()}
+        ran = _in_one_process(pod, [(name, benchmark_args if name == benchmarked else [], None) for name in wanted])
     return {name: ran.get(name) for name in names if name in ran or emulated}
+
+
+def _in_one_process(pod, plan: list[tuple[str, list[str], str | None]]) -> dict[str, types.SimpleNamespace]:
+    """Each (NAME, ARGS, CODE) of `plan` run in one Python process of the pod, in the examples' folder
+    (IN_ONE_PROCESS): {NAME: its run as a testinfra result has it (rc, stdout, stderr)}."""
+    result = pod.run(f"cd {EXAMPLES} && python3 -c {shlex.quote(IN_ONE_PROCESS)} {shlex.quote(json.dumps(plan))}")
+    assert result.rc == 0, f"the runner of {[name for name, _, _ in plan]} failed:\n{result.stderr[-2500:]}"
+    return {name: types.SimpleNamespace(**outcome) for name, outcome in json.loads(result.stdout.splitlines()[-1]).items()}
 
 
 # The slow checks' runs, each in a container of its own, independent of one another: started side by
@@ -613,14 +624,12 @@ def _examples(image, engine, ours) -> dict:
 # reads one needs it. Only the runs of the checks selected start. A run's failure is its check's.
 RUNS = {
     "compile": _compile,
-    "warm-elsewhere": _warm_elsewhere,
     "noexec-home": functools.partial(_eager_then_compile, env=NO_HEADER_PRECOMPILE, user=ANY_USER, tmpfs=NOEXEC_TMP),
     "noexec-tmp": functools.partial(_eager_then_compile, env=NO_HEADER_PRECOMPILE, **RESTRICTED, tmpfs={**READ_ONLY_TEMP, **NOEXEC_TMP}),
     "examples": _examples,
     "no-tmp": functools.partial(_eager_then_compile, **RESTRICTED, tmpfs={**READ_ONLY_TEMP, "/tmp": "ro"}),
     "ca-bundles": _certificates,
     "cpu-limit": _cpu_limit,
-    "affinity": _affinity,
 }
 
 
@@ -648,12 +657,15 @@ def test_threads_follow_a_cpu_limit(side_by_side, ours):
     assert why.startswith("OMP_NUM_THREADS=1 from the CPU quota of 1 CPU (cgroup "), why
 
 
-@pytest.mark.side_by_side("affinity")
+@pytest.mark.side_by_side("examples")
 def test_threads_follow_the_affinity_mask(side_by_side, ours):
-    """docker run --cpuset-cpus=0: torch counts the CPUs it may run on; the hook leaves it so."""
+    """docker run --cpuset-cpus=0 (the examples' pod, natively): torch counts the CPUs it may run on;
+    the hook leaves it so. backend_info.py, the first example, shows both."""
     if ours["arch"] != host_arch():
         pytest.skip("torch's own count (the hook sets nothing here): checked on the native image")
-    count, why = side_by_side("affinity")
+    shown = re.search(r"^threads: (\S+) \((.*)\)$", side_by_side("examples")["backend_info.py"].stdout, re.M)
+    assert shown, f"backend_info.py shows no thread line with its reason:\n{side_by_side('examples')['backend_info.py'].stdout}"
+    count, why = shown[1], shown[2]
     assert count == "1", f"{count} threads on one CPU ({why})"
     assert why == "1 CPU in the affinity mask, no CPU quota: torch's own choice", why
 
@@ -665,10 +677,9 @@ def test_a_users_omp_num_threads_wins_over_the_cpu_limit(side_by_side, ours):
 
 
 @pytest.mark.side_by_side("cpu-limit")
-def test_the_switch_leaves_threads_to_torch_under_a_cpu_limit(side_by_side, ours, torch_report):
+def test_the_switch_leaves_threads_to_torch_under_a_cpu_limit(side_by_side):
     runs = side_by_side("cpu-limit") or pytest.skip("this host has one CPU: no limit below its cores to run under")
-    unlimited = "unset" if ours["arch"] != host_arch() else str(torch_report["threads"])
-    assert runs["switched off"] == (unlimited, "not following the CPU limit (TORCHSTACK_FOLLOW_CPU_LIMIT=0)")
+    assert runs["switched off"] == ("unset", "not following the CPU limit (TORCHSTACK_FOLLOW_CPU_LIMIT=0)")
 
 
 @pytest.mark.side_by_side("noexec-tmp", "no-tmp")
@@ -704,7 +715,7 @@ def test_an_arbitrary_user_id_has_a_writable_home(any_user_host):
 
 @pytest.mark.side_by_side("examples")
 def test_every_example_runs_in_a_restricted_pod(side_by_side, ours):
-    """As an arbitrary user with a read-only root, no capabilities and an exec-capable /tmp."""
+    """As an arbitrary user with a read-only root, no capabilities and Docker's noexec /tmp."""
     ran = side_by_side("examples")
     assert len(ran) >= 7, f"expected the examples in {EXAMPLES}, found {sorted(ran)}"
     for name, result in ran.items():

@@ -1,6 +1,6 @@
 """A package compiled ahead of time for another CPU is never used: torchstack_warm refuses it and
 compiles the model here, with eager mode's answer. Runs in a final image (`python3 warm_elsewhere.py`,
-with a /tmp that allows exec), as the final checks run it.
+with a /tmp that allows exec); the final checks run it after compile.py, in its process.
 
 It copies the image's store to /tmp and rewrites the example's package there as an image baked on
 a machine with other vector instructions would hold it: its key says another CPU, and it sits under
@@ -29,7 +29,7 @@ for key_file in STORE.glob(f"{NAME}/*/key.json"):
     key_file.write_text(json.dumps(key))
     key_file.parent.rename(key_file.parent.parent / torchstack_warm._digest(key))
 
-model, images = model_and_inputs()
+model, images = model_and_inputs(batch=1)  # compile.py's batch: its compile serves this one
 run, how = torchstack_warm.load(NAME, model, (images,))
 assert how == "compiled", f"a package made for another CPU was used ({how})"
 with torch.inference_mode():
