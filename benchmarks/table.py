@@ -48,6 +48,9 @@ nothing into the checkout unless told to.
 - **child**: `.venv/bin/python benchmarks/child.py --image IMAGE --json benchmarks/results/child.json`. The
   docs' child image that bakes a model, built on the README image: what it adds against what it must
   carry (its app and the baked package).
+- **checks**: `.venv/bin/python benchmarks/checks.py --image IMAGE --json benchmarks/results/checks.json`. One
+  check run of the README image (`./build.py test IMAGE`, three times): the seconds the command reports, and
+  the host's CPU-seconds over it.
 - **qemu**: `.venv/bin/python benchmarks/qemu.py --image ARM64-IMAGE --vs /usr/bin/qemu-aarch64-static --json
   benchmarks/results/qemu.json`. Emulated Python under the qemu-user that `scripts/setup-host.sh`
   installs against bookworm's qemu-user-static.
@@ -238,6 +241,19 @@ def child_figures(result: dict) -> list[tuple[str, str, str]]:
     ]
 
 
+def checks_figures(result: dict) -> list[tuple[str, str, str]]:
+    """(figure, measured, goal) rows of a benchmarks/checks.py result."""
+    runs = result["runs"]
+    return [
+        (
+            "one check run of the image, the test command's own figure (median)",
+            f"{result['check_run_median_s']:.0f} s (runs: {', '.join(str(run['reported_s']) + ' s' for run in runs)}; "
+            f"host CPU {statistics.median(run['host_cpu_s'] for run in runs):.0f} s per run; {runs[0]['summary']})",
+            goal(f"median {result['goal']}", result["goal_met"]),
+        )
+    ]
+
+
 def first_build_figures(result: dict) -> list[tuple[str, str, str]]:
     """(figure, measured, goal) rows of a benchmarks/first_build.py result."""
     stages = ", ".join(f"{stage} {seconds:.0f} s" for stage, seconds in result["stages_s"].items())
@@ -258,6 +274,8 @@ def benchmark_of(result: dict) -> tuple[str, list[tuple[str, str, str]]]:
         return "size", size_figures(result)
     if "child_added_over_carried" in result:
         return "child", child_figures(result)
+    if "check_run_median_s" in result:
+        return "checks", checks_figures(result)
     if "zstd_gzip_size_ratio" in result:
         return "pull", pull_figures(result)
     if "baked_cold_ratio" in result:
