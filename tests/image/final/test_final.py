@@ -548,8 +548,17 @@ def any_user_host(image, engine):
         yield started
 
 
-# What the start-up hook set and decided, without importing torch (OMP_NUM_THREADS is what torch then uses).
-HOOK_THREADS = "import os, torchstack_startup as t; print(f\"threads: {os.environ.get('OMP_NUM_THREADS', 'unset')} ({t.decision})\")"
+# What the start-up hook set and decided, without importing torch (OMP_NUM_THREADS is what torch then
+# uses); without the hook, what is set, as backend_info.py says it.
+HOOK_THREADS = """
+import os
+try:
+    import torchstack_startup
+    why = torchstack_startup.decision
+except ImportError:
+    why = "not a torchstack image: torch's own choice"
+print(f"threads: {os.environ.get('OMP_NUM_THREADS', 'unset')} ({why})")
+"""
 
 
 def _threads(host, ours, env: str = "", torch: bool = True) -> tuple[str, str]:
