@@ -13,7 +13,6 @@ behind added some 300 MB to a 14 MB package). The child image is removed afterwa
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import uuid
@@ -22,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.run import du, image_size, recorded, run  # noqa: E402
+from benchmarks.run import du, emit, image_size, recorded, run  # noqa: E402
 from tests.engine.children import CARRIED, write_docs_child  # noqa: E402
 
 GOAL = 1.10  # added / carried
@@ -53,9 +52,7 @@ def main() -> None:
         "goal": f"<= {GOAL}",
         "goal_met": ratio <= GOAL,
     }
-    print(json.dumps(result, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    emit(result, args.json)
 
 
 if __name__ == "__main__":

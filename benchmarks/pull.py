@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.run import recorded  # noqa: E402
+from benchmarks.run import emit, recorded  # noqa: E402
 from tests.engine.hosts import running_registry  # noqa: E402
 
 CONTAINERD = "/run/docker/containerd/containerd.sock"  # the Docker engine's own containerd
@@ -104,9 +104,7 @@ def main() -> None:
         "goals": {"pull": f"<= {GOALS['pull']}", "size": f"<= {GOALS['size']}"},
         "goals_met": all(v <= GOALS["pull"] for k, v in ratios.items() if "pull" in k) and ratios["zstd_gzip_size_ratio"] <= GOALS["size"],
     }
-    print(json.dumps(result, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    emit(result, args.json)
 
 
 if __name__ == "__main__":

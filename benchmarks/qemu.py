@@ -14,7 +14,6 @@ ours / theirs of the medians (`qemu_ratio`, lower is faster). IMAGE: an arm64 im
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -27,7 +26,7 @@ import docker
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.run import recorded  # noqa: E402
+from benchmarks.run import emit, recorded  # noqa: E402
 
 OURS = Path("/usr/local/lib/torchstack/qemu/aarch64-binfmt-P")
 WORK = "import glob, time; src = open(sorted(glob.glob('/usr/lib/python3*/typing.py'))[0]).read(); t = time.time()\n" + (
@@ -81,9 +80,7 @@ def main() -> None:
         "theirs": {"qemu": versions["theirs"], "median_s": round(statistics.median(theirs), 2), "runs_s": [round(s, 2) for s in theirs]},
         "qemu_ratio": round(statistics.median(ours) / statistics.median(theirs), 3),
     }
-    print(json.dumps(result, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    emit(result, args.json)
 
 
 if __name__ == "__main__":

@@ -409,6 +409,13 @@ def recorded(script: str) -> dict:
     }
 
 
+def emit(result: dict, path: Path | None) -> None:
+    """A benchmark's result: printed, and written to `path` (its --json) where one is given."""
+    print(json.dumps(result, indent=2))
+    if path:
+        path.write_text(json.dumps(result, indent=2) + "\n")
+
+
 def cpu_model() -> str:
     with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
         for line in cpuinfo:

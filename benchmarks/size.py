@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.pull import ctr_pull, layers_size  # noqa: E402
-from benchmarks.run import du, image_size, packages, recorded  # noqa: E402
+from benchmarks.run import du, emit, image_size, packages, recorded  # noqa: E402
 from tests.engine.hosts import running_registry  # noqa: E402
 
 GOAL = 1.10  # image / payload
@@ -93,9 +93,7 @@ def main() -> None:
         "goals": {"image_over_payload": f"<= {GOAL}"},
         "goals_met": over_payload <= GOAL,
     }
-    print(json.dumps(result, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    emit(result, args.json)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ Both check the answer against eager mode. The figure is baked / cold of the medi
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -28,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.run import recorded  # noqa: E402
+from benchmarks.run import emit, recorded  # noqa: E402
 
 GOAL = 0.3
 EXAMPLE = "/opt/torchstack/examples/warm.py"
@@ -68,9 +67,7 @@ def main() -> None:
         "goal": f"baked_cold_ratio <= {GOAL}",
         "goal_met": ratio <= GOAL,
     }
-    print(json.dumps(result, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    emit(result, args.json)
 
 
 if __name__ == "__main__":
