@@ -140,18 +140,30 @@ def packages(suite: Suite, arch: str, keyring: Path | None = None) -> dict[str, 
     return newest
 
 
-def require_suites(apt: AptSources) -> None:
+def suite_state(suite: Suite, keyring: Path | None = None) -> dict:
+    """The suite's state as the build reads it: its signed InRelease's URL, `Date` and sha256."""
+    url = f"{suite.url}/dists/{suite.name}/InRelease"
+    data = _download(url)
+    text = _verified(data, url, keyring)
+    date = re.search(r"^Date: (.+)$", text, re.MULTILINE)
+    return {"suite": suite.name, "uri": url, "date": date.group(1).strip() if date else None, "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def require_suites(apt: AptSources) -> list[dict]:
     """Before any work: every suite the build takes answers with a signed index. A mirror that
-    lacks one is refused in one line, with what serves instead."""
+    lacks one is refused in one line, with what serves instead. Returns the archive's state, each
+    suite's (suite_state), which the provenance records."""
+    found = []
     for suite in apt.suites:
         try:
-            release(suite, apt.keyring)
+            found.append(suite_state(suite, apt.keyring))
         except ArchiveUnreachable as exc:
             option = "--security-mirror" if suite.kind == "security" else "--debian-mirror"
             instead = (
                 "; or --no-security-updates to build without them, named in the image's tag and labels" if suite.kind != "release" else ""
             )
             raise UsageProblem(f"{option} {suite.url}: no usable {suite.name} suite ({exc}){instead}") from None
+    return found
 
 
 def installed(client: docker.DockerClient, image: str) -> dict[str, str]:

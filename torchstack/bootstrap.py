@@ -10,9 +10,11 @@ from pathlib import Path
 import docker
 
 from torchstack.archive import DEBIAN_KEYRING
-from torchstack.engine import image_exists
-from torchstack.errors import ToolkitError
+from torchstack.engine import BuildProgress, build_image_buildx, image_exists
+from torchstack.errors import BuildFailed, ToolkitError
+from torchstack.layout import APT_LEFTOVERS
 from torchstack.plan import Plan
+from torchstack.reproducible import FILE_EPOCH, set_times
 
 # As Debian's own slim images: no manuals, translations or documentation, but the licences.
 SLIM_DPKG_OPTIONS = (
@@ -28,6 +30,7 @@ SLIM_DPKG_OPTIONS = (
 # `apt-get update` fetches and parses about 40% less (the Translation-en index of bookworm's main
 # is 32 MB beside its 49 MB package list; under qemu an update then takes 11 s of CPU, not 16).
 SLIM_APT_OPTIONS = ('Acquire::Languages "none"',)
+APT_CACHE = ("/var/cache/apt/*.bin", "/var/cache/apt/archives/*.deb")  # what mmdebstrap's own apt cleanup removes
 DOCKERFILE = """FROM scratch
 ADD rootfs.tar /
 CMD ["bash"]
@@ -51,34 +54,57 @@ def ensure_base_image(client: docker.DockerClient, plan: Plan, force: bool = Fal
                 f"base image {image} is not here and cannot be pulled ({exc.explanation or exc}); "
                 "leave out --base-image to bootstrap Debian from its archive instead"
             ) from None
-    distribution = plan.distribution
     with tempfile.TemporaryDirectory(prefix="torchstack-rootfs-") as work:
-        rootfs = Path(work) / "rootfs.tar"
-        command = [
-            "mmdebstrap",
-            "--variant=minbase",
-            f"--architectures={plan.arch.debian}",
-            "--quiet",
-            *(f"--dpkgopt={option}" for option in SLIM_DPKG_OPTIONS),
-            *(f"--aptopt={option}" for option in SLIM_APT_OPTIONS),
-            *(f"--keyring={k}" for k in ((DEBIAN_KEYRING, plan.apt.keyring) if plan.apt.keyring else ())),
-            distribution.name,
-            str(rootfs),
-            *(suite.line for suite in plan.apt.suites),
-        ]
-        # A fixed SOURCE_DATE_EPOCH makes the tarball reproducible for the same package versions.
-        env = {**os.environ, "SOURCE_DATE_EPOCH": os.environ.get("SOURCE_DATE_EPOCH", "1704067200")}
-        result = subprocess.run(command, capture_output=True, text=True, env=env)
-        if result.returncode != 0:
-            last = (result.stderr.strip().splitlines() or ["no output"])[-1]
-            raise ToolkitError(f"mmdebstrap {distribution.name} {plan.arch.debian} failed: {last}")
-        (Path(work) / "Dockerfile").write_text(DOCKERFILE)
-        labels = {
-            "org.opencontainers.image.title": f"Debian {distribution.name} minbase ({plan.arch.debian})",
-            "org.opencontainers.image.source": plan.apt.suites[0].url,
-            "io.torchstack.apt-suites": " ".join(suite.name for suite in plan.apt.suites),
-        }
-        for chunk in client.api.build(path=work, tag=image, platform=plan.platform, labels=labels, rm=True, decode=True):
-            if "error" in chunk:
-                raise ToolkitError(f"loading the bootstrapped {distribution.name} rootfs failed: {chunk['error'].strip()}")
+        _mmdebstrap(plan, Path(work) / "rootfs.tar")
+        _load(client, plan, Path(work))
     return image
+
+
+def _mmdebstrap(plan: Plan, rootfs: Path) -> None:
+    """The plan's Debian, minbase, as a tarball: the same for the same package versions, its files no
+    newer than the time every later step gives its own (reproducible.FILE_EPOCH), so that no step's
+    clamp touches them."""
+    command = [
+        "mmdebstrap",
+        "--variant=minbase",
+        f"--architectures={plan.arch.debian}",
+        "--quiet",
+        *(f"--dpkgopt={option}" for option in SLIM_DPKG_OPTIONS),
+        *(f"--aptopt={option}" for option in SLIM_APT_OPTIONS),
+        *(f"--keyring={k}" for k in ((DEBIAN_KEYRING, plan.apt.keyring) if plan.apt.keyring else ())),
+        # apt's own cleanup would make its lists' lock again: this hook cleans instead, as each stage's steps do.
+        "--skip=cleanup/apt",
+        "--customize-hook=rm -rf " + " ".join(f'"$1"{path}' for path in (*APT_LEFTOVERS, *APT_CACHE)),
+        plan.distribution.name,
+        str(rootfs),
+        *(suite.line for suite in plan.apt.suites),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "SOURCE_DATE_EPOCH": str(FILE_EPOCH)})
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ToolkitError(f"mmdebstrap {plan.distribution.name} {plan.arch.debian} failed: {last}")
+
+
+def _load(client: docker.DockerClient, plan: Plan, work: Path) -> None:
+    """The tarball in `work` as the plan's base image: by BuildKit where the stages are, dated
+    FILE_EPOCH as its files (the same tarball, the same image), else by the engine's API."""
+    (work / "Dockerfile").write_text(DOCKERFILE)
+    labels = {
+        "org.opencontainers.image.title": f"Debian {plan.distribution.name} minbase ({plan.arch.debian})",
+        "org.opencontainers.image.source": plan.apt.suites[0].url,
+        "io.torchstack.apt-suites": " ".join(suite.name for suite in plan.apt.suites),
+    }
+    failed = f"loading the bootstrapped {plan.distribution.name} rootfs failed"
+    if plan.builder == "buildx":
+        set_times(work)
+        try:
+            progress = BuildProgress()
+            build_image_buildx(
+                work, plan.base_image, plan.platform, labels, False, {}, lambda line: None, progress, "os", work, epoch=FILE_EPOCH
+            )
+        except BuildFailed as exc:
+            raise ToolkitError(f"{failed}: {str(exc).splitlines()[0]}") from None
+        return
+    for chunk in client.api.build(path=str(work), tag=plan.base_image, platform=plan.platform, labels=labels, rm=True, decode=True):
+        if "error" in chunk:
+            raise ToolkitError(f"{failed}: {chunk['error'].strip()}")

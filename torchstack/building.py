@@ -107,6 +107,7 @@ def build_stages(
             if taken:
                 report.status, report.cached, report.seconds = taken, True, time.monotonic() - progress.started
                 report.size_bytes = engine.image_size(client, stage.image)
+                report.image_id = client.images.get(stage.image).id
                 continue
             try:
                 result = _build_stage(client, kind, plan, stage, run, view, contexts / stage.name, secrets, progress, log_path)
@@ -125,6 +126,7 @@ def build_stages(
         report.builder = builder_name(kind, plan.builder)
         report.ran = list(result.ran)
         report.size_bytes = engine.image_size(client, stage.image)
+        report.image_id = result.image_id
         report.status = "cached" if result.cached else "built"
 
 
@@ -165,6 +167,8 @@ def _build_stage(
             log_path,
             run.buildx_builder,
             cache,
+            plan.source_date_epoch,
+            inline_cache=run.push_stages,  # what another host's --cache-from reads
         )
     # Podman's build API reads cache sources as buildah's own cache repositories: none given.
     cache = None if kind == "podman" else _cache_source(client, plan, stage, run.cache_from, view.note)

@@ -19,6 +19,7 @@ from torchstack.options import archive_options, build_options, engine_option, pl
 from torchstack.plan import Request
 from torchstack.planner import make_plan
 from torchstack.reports import backend_details, format_plan
+from torchstack.reproducible import not_reproducible
 from torchstack.sharing import Terminated
 
 
@@ -67,7 +68,10 @@ def _print_dry_run(settled) -> None:
     for note in settled.notes:
         click.echo(note.removeprefix("torchstack: "))
     click.echo(format_plan(settled.plan))
-    click.echo(f"engine        {choose(run.engine).describe()}")
+    chosen = choose(run.engine)
+    click.echo(f"engine        {chosen.describe()}")
+    why_not = not_reproducible(chosen.kind, settled.plan.builder)
+    click.echo(f"reproducible  {'no: ' + why_not if why_not else 'yes: the same request and inputs give the same images'}")
     if run.cache_from:
         click.echo(f"cache from    {run.cache_from}: each stage image above, pulled where this engine lacks it")
     for local, remote in settled.pushes:

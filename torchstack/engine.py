@@ -156,7 +156,7 @@ def buildkit_by_default(url: str) -> bool:
 
 def build_image_buildx(
     context: Path,
-    tag: str,
+    tag: str | None,
     platform: str,
     labels: dict[str, str],
     nocache: bool,
@@ -167,6 +167,8 @@ def build_image_buildx(
     log_path: Path,
     builder: str | None = None,
     cache_from: list[str] | None = None,
+    epoch: int | None = None,
+    inline_cache: bool = False,
 ) -> BuildResult:
     """Build one image with BuildKit (`docker buildx build --load`): cache mounts and secrets.
     `builder` names a builder made with `docker buildx create` (remote, Kubernetes, ...); the
@@ -175,7 +177,10 @@ def build_image_buildx(
     BuildKit names the image only once it is complete, so a failed or interrupted build
     leaves no tag; finished steps stay in BuildKit's cache.
     """
-    command = buildx_command(context, tag, platform, labels, nocache, secrets, builder, cache_from)
+    handle, name = tempfile.mkstemp(prefix="torchstack-iid-")
+    os.close(handle)
+    iidfile = Path(name)
+    command = buildx_command(context, tag, platform, labels, nocache, secrets, builder, cache_from, epoch, iidfile, inline_cache)
     steps: dict[str, str] = {}
     cached: set[str] = set()
     # A process group of its own: Docker 20.10's CLI runs buildx as a plugin process, and when the CLI
@@ -197,12 +202,14 @@ def build_image_buildx(
     except BaseException:
         _stop_group(process)
         raise
+    finally:
+        image_id = iidfile.read_text().strip() if iidfile.exists() else ""  # buildx removes it, and writes it on success
+        iidfile.unlink(missing_ok=True)
     if process.returncode != 0:
         errors = [line for line in progress.tail if "ERROR" in line] or ["docker buildx build failed"]
         raise _failure(stage, progress, errors[-1], log_path)
     run_steps = {k for k, v in steps.items() if not v.upper().startswith("FROM")}
     progress.cached_steps = len(cached & run_steps)
-    image_id = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", tag], capture_output=True, text=True).stdout.strip()
     ran = tuple(steps[k] for k in sorted(run_steps - cached, key=int))
     return BuildResult(image_id=image_id, seconds=time.monotonic() - progress.started, cached=run_steps <= cached, ran=ran)
 
@@ -222,38 +229,46 @@ def _stop_group(process: subprocess.Popen) -> None:
 
 def buildx_command(
     context: Path,
-    tag: str,
+    tag: str | None,
     platform: str,
     labels: dict[str, str],
     nocache: bool,
     secrets: dict[str, Path],
     builder: str | None = None,
     cache_from: list[str] | None = None,
+    epoch: int | None = None,
+    iidfile: Path | None = None,
+    inline_cache: bool = False,
 ) -> list[str]:
-    """The `docker buildx build` command line for one stage. The image carries its cache
-    metadata inline (`--cache-to type=inline`: the layers of the stage's own image, which is what
-    BuildKit's `docker` driver can export), so that, pushed, it serves another host's
-    `--cache-from type=registry,ref=IMAGE`."""
+    """The `docker buildx build` command line for one stage. `epoch` (SOURCE_DATE_EPOCH) is the
+    image config's and its history's time instead of the clock; it is no step's input, so it
+    changes no step's cache. With `inline_cache` the image carries its cache metadata inline
+    (`--cache-to type=inline`: the layers of the stage's own image, which is what BuildKit's
+    `docker` driver can export), so that, pushed, it serves another host's `--cache-from
+    type=registry,ref=IMAGE`; that record holds the times its layers were made, so such an image
+    is never the same twice (the release image, built on it, does not carry it)."""
     command = [
         "docker",
         "buildx",
         "build",
         "--progress=plain",
         "--load",
-        "--tag",
-        tag,
+        *(["--tag", tag] if tag else []),
         "--platform",
         platform,
         "--network",
         "host",
-        "--cache-to",
-        "type=inline",
+        *(["--cache-to", "type=inline"] if inline_cache else []),
     ]
     command += [arg for ref in cache_from or () for arg in ("--cache-from", f"type=registry,ref={ref}")]
     if builder:
         command += ["--builder", builder]
     if nocache:
         command.append("--no-cache")
+    if epoch is not None:
+        command += ["--build-arg", f"SOURCE_DATE_EPOCH={epoch}"]
+    if iidfile is not None:
+        command += ["--iidfile", str(iidfile)]
     command += [arg for key, path in secrets.items() for arg in ("--secret", f"id={key},src={path}")]
     command += [arg for key, value in labels.items() for arg in ("--label", f"{key}={value}")]
     return [*command, str(context)]

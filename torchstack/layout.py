@@ -58,6 +58,17 @@ PAYLOAD_DIR = f"{TOOLKIT_DIR}/payload"
 # The dynamic loader's search path for the libraries the toolkit compiles (one file per image).
 LD_SO_CONF = "/etc/ld.so.conf.d/torchstack.conf"
 DPKG_UNREAD = "/etc/dpkg/dpkg.cfg.d/torchstack-unread"  # dpkg's path-exclude lines for what nothing at run time reads
+# apt's and dpkg's lists, logs and backups: each step that runs apt removes them (they hold the clock's
+# times), and the OS tarball holds none, so that no step removes one an earlier layer holds (a whiteout
+# is written with the clock's time).
+APT_LEFTOVERS = (
+    "/var/lib/apt/lists/*",
+    "/var/log/apt/*",
+    "/var/log/dpkg.log",
+    "/var/cache/ldconfig/aux-cache",
+    "/var/cache/debconf/*-old",
+    "/var/lib/dpkg/*-old",
+)
 
 
 @dataclass(frozen=True)

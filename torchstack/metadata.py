@@ -124,8 +124,9 @@ def applied_patches(component: str) -> list[dict]:
 
 @functools.lru_cache(maxsize=1)
 def toolkit_revision() -> dict:
-    """The toolkit's version and, in a git checkout, its commit (`-dirty` with uncommitted changes)."""
-    found = {"version": __version__, "revision": None}
+    """The toolkit's version and, in a git checkout, its commit (`-dirty` with uncommitted changes)
+    and the commit's time (seconds since 1970, `committed`)."""
+    found = {"version": __version__, "revision": None, "committed": None}
     if CHECKOUT is None:  # installed from a wheel: its version says it all
         return found
     try:
@@ -139,6 +140,8 @@ def toolkit_revision() -> dict:
         return found
     if described.returncode == 0:
         found["revision"] = described.stdout.strip()
+        committed = subprocess.run(["git", "-C", str(CHECKOUT), "log", "-1", "--format=%ct"], capture_output=True, text=True, timeout=10)
+        found["committed"] = int(committed.stdout) if committed.returncode == 0 and committed.stdout.strip().isdigit() else None
     return found
 
 

@@ -34,6 +34,7 @@ from torchstack.plan import RELEASE_STAGE, Plan
 from torchstack.progress import BuildView, StageReport, summary_table, write_json
 from torchstack.release import CONTENT_LABEL, add_records, gate, probe, published, refresh
 from torchstack.render import BuildSecrets
+from torchstack.reproducible import not_reproducible
 from torchstack.run_options import RunOptions
 from torchstack.sbom import BUILD_INFO_LABEL
 from torchstack.settle import Settled
@@ -131,6 +132,9 @@ def _say_first(view: BuildView, plan: Plan, run: RunOptions, chosen, notes: list
         )
     for note in notes:
         view.note(note)
+    why_not = not_reproducible(chosen.kind, plan.builder)
+    if why_not:
+        view.note(f"torchstack: not reproducible: {why_not}")
     for why in torch_defects(plan).values():
         view.note(f"torchstack: warning: {why}")
     if plan.jobs_note:
@@ -147,8 +151,9 @@ def _say_first(view: BuildView, plan: Plan, run: RunOptions, chosen, notes: list
         view.note(f"torchstack: base image {plan.base_image} is not here; {how}")
 
 
-def _summary(plan: Plan, chosen, release: _Release, pushed: list, signed: list, seconds: float, log_path: Path) -> dict:
-    """The build's summary, as --json writes it (with the stages)."""
+def _summary(plan: Plan, chosen, release: _Release, pushed: list, signed: list, seconds: float, log_path: Path, reproducible: dict) -> dict:
+    """The build's summary, as --json writes it (with the stages): with what makes it again (the
+    images' SOURCE_DATE_EPOCH, the archive's state, the OS image) or why this engine cannot."""
     return {
         "release_tag": plan.release_tag,
         "engine": {"kind": chosen.kind, "url": chosen.url, "chosen_by": chosen.why},
@@ -167,10 +172,13 @@ def _summary(plan: Plan, chosen, release: _Release, pushed: list, signed: list, 
         "signed": signed,
         "seconds": round(seconds, 1),
         "log": str(log_path),
+        "reproducible": reproducible,
     }
 
 
-def _publish(client, chosen, plan: Plan, run: RunOptions, pushes: list, release: _Release, began: datetime, note) -> tuple[list, list]:
+def _publish(
+    client, chosen, plan: Plan, run: RunOptions, pushes: list, release: _Release, began: datetime, note, archive_state: list[dict]
+) -> tuple[list, list]:
     """The pushes, then with --sign the pushed release image signed, its SBOM and provenance attested.
     The release tag moves to each new image, and a dated tag (TAG-YYYYMMDDHHMM) names it for good;
     a release the registry already holds under its tag (a scheduled rebuild that changed nothing)
@@ -204,6 +212,7 @@ def _publish(client, chosen, plan: Plan, run: RunOptions, pushes: list, release:
         client.images.get(plan.base_image).id,
         kind,
         began,
+        archive_state,
     )
     note(f"torchstack: signed {signed['reference']}, with its SBOM and provenance attested (cosign, no transparency log)")
     return pushed, [signed]
@@ -233,8 +242,7 @@ def run_build(catalog: Catalog, settled: Settled) -> Plan:
     cleaned = sharing.sweep(client, sources.state_dir() / "contexts")
     base_missing = not engine.image_exists(client, plan.base_image)
     prerequisites.require(plan, bootstrap=base_missing and plan.base_is_bootstrapped)
-    if plan.base_is_bootstrapped:
-        archive.require_suites(plan.apt)
+    archive_state = archive.require_suites(plan.apt) if plan.base_is_bootstrapped else []
     cpu_notes = prerequisites.require_cpu_for_checks(plan, checks=not run.no_test)
     source_files = sources.fetch_plan_sources(plan, run.source_mirror)
 
@@ -262,9 +270,15 @@ def run_build(catalog: Catalog, settled: Settled) -> Plan:
         with building.lock(chosen, f"{plan.top_image} release", view):
             release = _check_and_tag(client, chosen, catalog, plan, run, view, contexts, log_path)
         reports[-1].tags.append(plan.top_image)
-        pushed, signed = _publish(client, chosen, plan, run, pushes, release, began, view.note)
+        pushed, signed = _publish(client, chosen, plan, run, pushes, release, began, view.note, archive_state)
 
-    summary = _summary(plan, chosen, release, pushed, signed, time.monotonic() - started, log_path)
+    record = {
+        "source_date_epoch": plan.source_date_epoch,
+        "archive": archive_state,
+        "base_image_id": client.images.get(plan.base_image).id,
+        "why_not": not_reproducible(chosen.kind, plan.builder),
+    }
+    summary = _summary(plan, chosen, release, pushed, signed, time.monotonic() - started, log_path, record)
     if run.json_file:
         write_json(run.json_file, summary, reports)
     if not run.quiet:

@@ -40,6 +40,7 @@ class Request:
     runtime: str = "full"
     cpuinfo: str | None = None
     now: datetime | None = None
+    source_date_epoch: int | None = None  # the image's dates (default: reproducible.source_date_epoch)
     memory_gib: float | None = None  # the build host's memory (default: this machine's)
     plugin_wheels: tuple[str, ...] = ()  # --plugin-wheel, as given
     libraries: tuple[str, ...] = ()  # --with: domain libraries (plugins.yaml, library: true)
@@ -212,6 +213,8 @@ class Plan:
     plugins: tuple[PluginChoice, ...] = ()  # vendor plugin wheels the final image installs
     requirements: AppRequirements | None = None  # --requirements (resolved when the build starts)
     apt: AptSources = AptSources(())  # the Debian suites, for the OS image, every stage and the release gate
+    source_date_epoch: int = 0  # every date in the images (reproducible.py), never the clock
+    epoch_origin: str = ""  # where source_date_epoch comes from, in words
 
     @property
     def probes(self) -> tuple[str, ...]:

@@ -6,9 +6,9 @@ import dataclasses
 import shlex
 from datetime import datetime, timezone
 
-from torchstack import host, tags
+from torchstack import host, reproducible, tags
 from torchstack.errors import UsageProblem
-from torchstack.metadata import stage_image, tag_variants
+from torchstack.metadata import stage_image, tag_variants, toolkit_revision
 from torchstack.model import Catalog, Distribution, Stage
 from torchstack.plan import (
     RELEASE_STAGE,
@@ -60,6 +60,10 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
         tags.check_tag(request.tag) if request.tag else tags.release_tag(release, selection.torch_version, selection.backend.name, variants)
     )
 
+    if request.source_date_epoch is not None:
+        epoch, epoch_origin = request.source_date_epoch, "given"
+    else:
+        epoch, epoch_origin = reproducible.source_date_epoch(toolkit_revision())
     jobs, torch_jobs, jobs_note = _jobs(request.jobs, request.memory_gib or host.memory_gib(), selection.methods)
     components = _component_plans(catalog, selection, {**request.versions, "torch": selection.torch_version}, jobs, torch_jobs)
     # Without -updates and -security (--no-security-updates), another OS image: Debian as released.
@@ -95,6 +99,8 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
         payload=_payload(selection, components),
         plugins=selection.plugins,
         requirements=app,
+        source_date_epoch=epoch,
+        epoch_origin=epoch_origin,
     )
     return _named_by_content(catalog, plan)
 

@@ -27,6 +27,7 @@ class StageReport:
     status: str = "waiting"  # waiting | building | built | cached | pulled | failed | interrupted
     ran: list[str] = field(default_factory=list)  # steps the engine ran rather than took from its cache
     builder: str | None = None  # what built it: buildkit | legacy (Docker's) | buildah (Podman's); None when pulled
+    image_id: str | None = None  # the image's ID: one request from the same inputs gives the same (reproducible.py)
 
 
 def _elapsed(seconds: float | None) -> str:

@@ -14,11 +14,15 @@ BUILD_TYPE = "urn:torchstack:build:v1"
 BUILDER_ID = "urn:torchstack:build.py"
 
 
-def inputs(plan: Plan, base_id: str) -> list[dict]:
+def inputs(plan: Plan, base_id: str, archive_state: list[dict] = ()) -> list[dict]:
     """Every input of the build with its sha256, as SLSA's resolvedDependencies: the OS image (its
-    image ID), each source compiled and its patches, the torch wheel, each plugin wheel, the
-    --requirements file."""
+    image ID), each Debian suite's signed index as the build read it (the archive's state), each
+    source compiled and its patches, the torch wheel, each plugin wheel, the --requirements file."""
     found = [{"name": plan.base_image, "digest": {"sha256": base_id.removeprefix("sha256:")}}]
+    found += [
+        {"name": f"debian/{s['suite']}/InRelease", "uri": s["uri"], "digest": {"sha256": s["sha256"]}, "annotations": {"date": s["date"]}}
+        for s in archive_state
+    ]
     for component in plan.components:
         if component.method == "source" and component.source is not None:
             found.append(
@@ -40,10 +44,21 @@ def inputs(plan: Plan, base_id: str) -> list[dict]:
     return found
 
 
-def predicate(plan: Plan, info: dict, base_id: str, engine: str, started: datetime, finished: datetime) -> dict:
+def predicate(
+    plan: Plan,
+    info: dict,
+    base_id: str,
+    engine: str,
+    started: datetime,
+    finished: datetime,
+    archive_state: list[dict] = (),
+    why_not: str | None = None,
+) -> dict:
     """The provenance predicate of the release image `plan` describes. externalParameters is what
-    was asked for; internalParameters the image's whole build-info `info`, as its label holds it
-    (the versions read from the image: what `verify` compares the image against)."""
+    was asked for, with the images' SOURCE_DATE_EPOCH; internalParameters the image's whole
+    build-info `info`, as its label holds it (the versions read from the image: what `verify`
+    compares the image against); runDetails when and how it ran, and `why_not` where this engine's
+    images cannot be made again bit for bit (reproducible.not_reproducible)."""
     return {
         "buildDefinition": {
             "buildType": BUILD_TYPE,
@@ -58,9 +73,10 @@ def predicate(plan: Plan, info: dict, base_id: str, engine: str, started: dateti
                 "runtime": plan.runtime,
                 "plugins": [p.requirement for p in plan.plugins],
                 "requirements": list(plan.requirements.requested) if plan.requirements else [],
+                "source_date_epoch": plan.source_date_epoch,
             },
-            "internalParameters": {"build_info": info},
-            "resolvedDependencies": inputs(plan, base_id),
+            "internalParameters": {"build_info": info, "reproducible": {"claimed": why_not is None, "why_not": why_not}},
+            "resolvedDependencies": inputs(plan, base_id, archive_state),
         },
         "runDetails": {
             "builder": {

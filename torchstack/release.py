@@ -10,13 +10,17 @@ has a newer version of an installed package.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
-from torchstack import archive, engine, layout, registry, sbom, sharing, sources
+import docker.errors
+
+from torchstack import archive, engine, layout, registry, reproducible, sbom, sharing, sources
 from torchstack.errors import ToolkitError
 from torchstack.plan import Plan
 from torchstack.render import refresh_context
@@ -40,16 +44,42 @@ def refresh(client, plan: Plan, image: str, context: Path, log_path: Path, note)
         upgrades = archive.newer(archive.installed(client, found.id), plan.apt.suites, plan.arch.debian, plan.apt.keyring)
     except archive.ArchiveUnreachable as exc:
         raise ToolkitError(f"the Debian suites could not be read to bring the image up to date ({exc}); no tag was applied") from None
-    refresh_context(plan, found.id, [f"{u.package}={u.available}" for u in upgrades], context)
-    result = engine.build_image(
-        client, context, None, plan.platform, {}, False, lambda line: None, engine.BuildProgress(), "refresh", log_path
-    )
+    with _buildable(client, plan, found.id) as base:
+        refresh_context(plan, base, [f"{u.package}={u.available}" for u in upgrades], context)
+        result = _build_layer(client, plan, context, {}, "refresh", log_path)
     if upgrades:
         note(
             f"torchstack: {archive.describe(upgrades, 'its suites')}: upgraded in the image's last layer"
             + (" (from the engine's cache)" if result.cached else "")
         )
     return result.image_id, upgrades
+
+
+@contextlib.contextmanager
+def _buildable(client, plan: Plan, image_id: str) -> Iterator[str]:
+    """A name to build FROM the image `image_id`: the ID itself for the engine's API; for BuildKit,
+    which reads an ID as a registry's name, a tag of this run's own, removed after the build."""
+    if plan.builder != "buildx":
+        yield image_id
+        return
+    name = sharing.work_tag()
+    client.images.get(image_id).tag(*name.split(":"))
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(docker.errors.APIError):
+            client.images.remove(name, noprune=True)
+
+
+def _build_layer(client, plan: Plan, context: Path, labels: dict[str, str], stage: str, log_path: Path) -> engine.BuildResult:
+    """One layer on an image of this engine (the context's Dockerfile names it, _buildable), untagged: by
+    BuildKit with the plan's SOURCE_DATE_EPOCH where the stages were, else by the engine's API."""
+    progress = engine.BuildProgress()
+    if plan.builder == "buildx":
+        return engine.build_image_buildx(
+            context, None, plan.platform, labels, False, {}, lambda line: None, progress, stage, log_path, epoch=plan.source_date_epoch
+        )
+    return engine.build_image(client, context, None, plan.platform, labels, False, lambda line: None, progress, stage, log_path)
 
 
 def gate(client, plan: Plan, image: str) -> str:
@@ -107,11 +137,11 @@ def add_records(client, plan: Plan, image: str, context: Path, log_path: Path, n
     context.mkdir(parents=True, exist_ok=True)
     (context / "sbom.cdx.json").write_text(text)
     (context / "build-info.json").write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
-    (context / "Dockerfile").write_text(f"FROM {found.id}\nCOPY build-info.json {layout.BUILD_INFO}\nCOPY sbom.cdx.json {sbom.SBOM}\n")
     labels = {sbom.BUILD_INFO_LABEL: json.dumps(info, sort_keys=True), CONTENT_LABEL: content}
-    result = engine.build_image(
-        client, context, None, plan.platform, labels, False, lambda line: None, engine.BuildProgress(), "sbom", log_path
-    )
+    with _buildable(client, plan, found.id) as base:
+        (context / "Dockerfile").write_text(f"FROM {base}\nCOPY build-info.json {layout.BUILD_INFO}\nCOPY sbom.cdx.json {sbom.SBOM}\n")
+        reproducible.set_times(context)
+        result = _build_layer(client, plan, context, labels, "sbom", log_path)
     path = sbom.write(text, log_path.with_suffix(".sbom.cdx.json"))
     note(
         f"torchstack: SBOM ({described['format']}: {described['python_packages']} Python packages, "

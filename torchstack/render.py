@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import posixpath
@@ -13,12 +14,13 @@ from typing import ClassVar
 
 import jinja2
 
-from torchstack import layout
+from torchstack import layout, reproducible
 from torchstack.errors import ToolkitError
 from torchstack.metadata import build_info
 from torchstack.model import PATCHES, ROOT, SCRIPTS, TEMPLATES
 from torchstack.plan import RELEASE_STAGE, Plan, StagePlan
 from torchstack.planner import env_line
+from torchstack.sources import state_dir
 
 EXAMPLES = ROOT / "examples"
 
@@ -81,14 +83,23 @@ def _secret_uses(plan: Plan, secrets: BuildSecrets) -> list[dict[str, str]]:
     return uses
 
 
+def _builder_values(plan: Plan) -> dict:
+    """What the templates' preamble needs: BuildKit's or not, and BuildKit's shell that clamps each step's file times."""
+    return {
+        "buildkit": plan.builder == "buildx",
+        "file_epoch": reproducible.FILE_EPOCH,
+        "clamp": json.dumps(reproducible.clamping_shell())[1:-1],
+    }
+
+
 def _render(plan: Plan, stage: StagePlan, secrets: BuildSecrets) -> str:
     text = _ENV.get_template(stage.template).render(
         plan=plan,
         stage=stage,
         layout=layout,
-        buildkit=plan.builder == "buildx",
         secrets=_secret_uses(plan, secrets),
         payload=plan.payload,
+        **_builder_values(plan),
     )
     while "\n\n\n" in text:
         text = text.replace("\n\n\n", "\n\n")
@@ -107,8 +118,9 @@ def refresh_context(plan: Plan, image: str, upgrades: list[str], dest: Path) -> 
     (dest / "apt-upgrades.txt").write_text("".join(f"{line}\n" for line in upgrades))
     template = _environment().get_template("refresh.Dockerfile.j2")
     (dest / "Dockerfile").write_text(
-        template.render(image=image, upgrades=upgrades, keyring=keyring, uid=layout.USER.uid, record=layout.APT_UPGRADES)
+        template.render(image=image, upgrades=upgrades, keyring=keyring, record=layout.APT_UPGRADES, layout=layout, **_builder_values(plan))
     )
+    reproducible.set_times(dest)
 
 
 def banner(plan: Plan) -> str:
@@ -166,14 +178,18 @@ def entrypoint_conf(plan: Plan) -> str:
 
 
 def _place(src: Path, dest: Path) -> None:
-    """Put a file into a context: a hard link when possible (sources and wheels are large)."""
+    """Put a file into a context: a hard link to what the toolkit downloaded (sources and wheels are
+    large), else a copy, since the context's times are then set (reproducible.set_times) and the
+    user's own files (a checkout, a wheelhouse) keep theirs."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     if dest.exists():
         dest.unlink()
-    try:
-        os.link(src, dest)
-    except OSError:
-        shutil.copy2(src, dest)
+    if src.resolve().is_relative_to(state_dir().resolve()):
+        with contextlib.suppress(OSError):
+            os.link(src, dest)
+            return
+    shutil.copyfile(src, dest)
+    shutil.copymode(src, dest)
 
 
 def _write_pins(path: Path, pins: tuple[str, ...]) -> None:
@@ -252,4 +268,5 @@ def assemble_context(
             name = BuildSecrets.PLACES[key][0]
             if f"COPY {name} " in dockerfile:
                 shutil.copy2(path, dest / name)
+    reproducible.set_times(dest)
     return missing

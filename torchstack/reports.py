@@ -5,6 +5,7 @@ from __future__ import annotations
 from torchstack.model import Catalog
 from torchstack.plan import Plan
 from torchstack.planner import env_line
+from torchstack.reproducible import described
 
 
 def format_plan(plan: Plan) -> str:
@@ -27,6 +28,7 @@ def format_plan(plan: Plan) -> str:
         + " what torch.compile needs; "
         + (env_line(plan.payload.env) or "no environment defaults"),
         f"base image    {plan.base_image}" + (" (bootstrapped from the Debian archive if absent)" if plan.base_is_bootstrapped else ""),
+        f"dates         SOURCE_DATE_EPOCH {described(plan.source_date_epoch)}: {plan.epoch_origin}",
         "components",
     ]
     for c in plan.components:

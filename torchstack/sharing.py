@@ -16,6 +16,7 @@ import fcntl
 import hashlib
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -23,8 +24,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import docker
+import docker.errors
 
 LABEL = "io.torchstack.owner"
+WORK_REPOSITORY = "torchstack-work"  # work_tag
 ENV = "TORCHSTACK_OWNER"
 PR_SET_PDEATHSIG = 1  # the owner a run hands to the processes it starts (the checks' pytest)
 
@@ -89,6 +92,14 @@ def gone(who: str) -> bool:
     return _started(int(pid)) != started
 
 
+def work_tag() -> str:
+    """A tag of this run's own (in WORK_REPOSITORY) for an image it builds FROM for a moment:
+    BuildKit reads an image ID as a registry's name. A run that ended without removing it leaves
+    it to the next run's sweep."""
+    pid = os.getpid()
+    return f"{WORK_REPOSITORY}:{pid}-{_started(pid)}-{secrets.token_hex(4)}"
+
+
 def remove_containers(client: docker.DockerClient, who: str | None = None) -> int:
     """Remove the containers of owner `who` (default: this run's); how many."""
     found = client.containers.list(all=True, filters={"label": f"{LABEL}={who or owner()}"})
@@ -106,12 +117,19 @@ def private_folder(parent: Path, name: str) -> Path:
 
 
 def remove_leftovers(client: docker.DockerClient, folders: Path) -> list[str]:
-    """Remove what runs that ended without cleaning up (SIGKILL) left: their containers, and their
-    private folders under `folders`. What was removed, one phrase each."""
+    """Remove what runs that ended without cleaning up (SIGKILL) left: their containers, their work
+    tags (work_tag) and their private folders under `folders`. What was removed, one phrase each."""
     removed = []
     ended = {c.labels[LABEL] for c in client.containers.list(all=True, filters={"label": LABEL}) if gone(c.labels.get(LABEL, ""))}
     for who in sorted(ended):
         removed.append(f"{remove_containers(client, who)} container(s) of {who}")
+    for image in client.images.list(name=WORK_REPOSITORY):
+        for name in image.tags:
+            pid, _, started = name.partition(":")[2].rpartition("-")[0].partition("-")
+            if name.startswith(f"{WORK_REPOSITORY}:") and gone(f"{socket.gethostname()}/{pid}/{started}"):
+                with contextlib.suppress(docker.errors.APIError):
+                    client.images.remove(name, noprune=True)
+                    removed.append(name)
     for folder in sorted(folders.glob("*+*+*+*")) if folders.is_dir() else ():
         host, pid, started, _ = folder.name.split("+", 3)
         if gone(f"{host}/{pid}/{started}"):

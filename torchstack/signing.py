@@ -20,6 +20,7 @@ from pathlib import Path
 from torchstack import provenance, registry
 from torchstack.errors import HostNotReady, ToolkitError, UsageProblem
 from torchstack.plan import Plan
+from torchstack.reproducible import not_reproducible
 from torchstack.sbom import BUILD_INFO_LABEL
 
 OFFLINE_SIGN = ("--tlog-upload=false", "--yes")
@@ -107,13 +108,23 @@ def sign(reference: str, key: str, sbom: Path | None, provenance: dict | None, r
 
 
 def sign_release(
-    plan: Plan, info: dict, pushed: list, registry_name: str, key: str, sbom: Path | None, base_id: str, engine: str, started: datetime
+    plan: Plan,
+    info: dict,
+    pushed: list,
+    registry_name: str,
+    key: str,
+    sbom: Path | None,
+    base_id: str,
+    engine: str,
+    started: datetime,
+    archive_state: list[dict] = (),
 ) -> dict:
     """--sign: the release image as pushed (by digest), signed, with its SBOM and its provenance
-    (with `info`, the image's build-info label) attested."""
+    (with `info`, the image's build-info label, and the archive's state the build read) attested."""
     remote = f"{registry_name}/{plan.top_image}"
     done = next(p for p in pushed if p.reference == remote)
-    predicate = provenance.predicate(plan, info, base_id, engine, started, datetime.now(timezone.utc))
+    why_not = not_reproducible(engine, plan.builder)
+    predicate = provenance.predicate(plan, info, base_id, engine, started, datetime.now(timezone.utc), archive_state, why_not)
     return sign(f"{remote.rpartition(':')[0]}@{done.digest}", key, sbom, predicate)
 
 

@@ -23,14 +23,20 @@ def test_a_stage_is_built_and_loaded_back_with_its_secrets_and_labels():
         "linux/arm64",
         "--network",
         "host",
-        "--cache-to",
-        "type=inline",
         "--secret",
         "id=ca-bundle,src=/run/ca.pem",
         "--label",
         "a=1",
         "/ctx/libs",
     ]
+
+
+def test_only_a_stage_pushed_for_other_hosts_carries_its_cache_record():
+    """BuildKit's inline cache record holds the times its layers were made: only the stages
+    --push-stages sends for another host's --cache-from carry it."""
+    plain = buildx_command(Path("/ctx/libs"), "t:1", "linux/amd64", {}, False, {})
+    pushed = buildx_command(Path("/ctx/libs"), "t:1", "linux/amd64", {}, False, {}, inline_cache=True)
+    assert "--cache-to" not in plain and pushed[pushed.index("--cache-to") + 1] == "type=inline"
 
 
 def test_with_a_cache_registry_each_stage_imports_its_image_there_as_cache():

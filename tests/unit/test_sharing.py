@@ -33,16 +33,21 @@ def test_the_checks_get_the_owner_of_the_run_that_started_them(monkeypatch):
     assert sharing.labels() == {sharing.LABEL: "build-host/42/7"}
 
 
-def _fake_engine(containers):
+def _fake_engine(containers, tags=()):
     removed = []
 
     def listing(all, filters):
         key, _, value = filters["label"].partition("=")
         return [c for c in containers if key in c.labels and (not value or c.labels[key] == value) and c not in removed]
 
+    def images(name):
+        return [SimpleNamespace(tags=[t]) for t in tags if t.startswith(f"{name}:") and t not in removed]
+
     for c in containers:
         c.remove = lambda force, c=c: removed.append(c)
-    return SimpleNamespace(containers=SimpleNamespace(list=listing)), removed
+    engine = SimpleNamespace(containers=SimpleNamespace(list=listing), images=SimpleNamespace(list=images))
+    engine.images.remove = lambda name, noprune: removed.append(name)
+    return engine, removed
 
 
 def test_what_an_ended_run_left_is_removed_and_a_running_runs_is_kept(tmp_path):
@@ -51,16 +56,18 @@ def test_what_an_ended_run_left_is_removed_and_a_running_runs_is_kept(tmp_path):
     dead = sharing.identity().rsplit("/", 2)[0] + f"/{ended.pid}/1"
     theirs = SimpleNamespace(labels={sharing.LABEL: dead})
     ours = SimpleNamespace(labels={sharing.LABEL: sharing.identity()})
-    client, removed = _fake_engine([theirs, ours])
+    their_tag = f"{sharing.WORK_REPOSITORY}:{ended.pid}-1-0123abcd"
+    our_tag = sharing.work_tag()
+    client, removed = _fake_engine([theirs, ours], [their_tag, our_tag])
     kept_folder = sharing.private_folder(tmp_path, "r26.11-torch-2.13.0-openblas")
     left_folder = tmp_path / f"{dead.replace('/', '+')}+r26.11-torch-2.13.0-openblas"
     (left_folder / "final").mkdir(parents=True)
 
     said = sharing.remove_leftovers(client, tmp_path)
 
-    assert removed == [theirs]
+    assert removed == [theirs, their_tag]
     assert not left_folder.exists() and kept_folder.is_dir()
-    assert said == [f"1 container(s) of {dead}", str(left_folder)]
+    assert said == [f"1 container(s) of {dead}", their_tag, str(left_folder)]
     # What a run says of it, in one line; nothing when nothing was left.
     assert sharing.sweep(client, tmp_path) == []
     (left_folder / "final").mkdir(parents=True)
