@@ -65,6 +65,7 @@ APT_LEFTOVERS = (
     "/var/lib/apt/lists/*",
     "/var/log/apt/*",
     "/var/log/dpkg.log",
+    "/var/log/alternatives.log",
     "/var/cache/ldconfig/aux-cache",
     "/var/cache/debconf/*-old",
     "/var/lib/dpkg/*-old",

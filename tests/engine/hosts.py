@@ -287,6 +287,8 @@ SECOND_ENGINE = Resource(lambda stack: stack.enter_context(second_engine()))
 # An empty Docker engine of a current release (Docker 23 and later: BuildKit is its default builder),
 # made by whoever asks first: the README's build on it (images.py: built_on_current).
 CURRENT_ENGINE = Resource(lambda stack: stack.enter_context(second_engine(current_dockerd(), "tsc", "10.213.78.1/24")))
+# Another, of the same release, for the README's build made again elsewhere (images.py: rebuilt_on_current).
+REBUILD_ENGINE = Resource(lambda stack: stack.enter_context(second_engine(current_dockerd(), "tsr", "10.213.79.1/24")))
 
 
 # An empty Podman engine (podman_engine), with the session's registry; made by whoever asks first.
