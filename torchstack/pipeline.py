@@ -117,7 +117,7 @@ def _check_and_tag(
     return done
 
 
-def _say_first(view: BuildView, plan: Plan, run: RunOptions, chosen, notes: list[str], base_missing: bool) -> None:
+def _say_first(view: BuildView, plan: Plan, run: RunOptions, chosen, notes: list[str], base_missing: bool, why_not: str | None) -> None:
     """What the build says before its first step: the engine, what was settled, warnings."""
     view.note(f"torchstack: engine {chosen.describe()}")
     view.note(f"torchstack: distribution {plan.distribution_note}")
@@ -132,7 +132,6 @@ def _say_first(view: BuildView, plan: Plan, run: RunOptions, chosen, notes: list
         )
     for note in notes:
         view.note(note)
-    why_not = not_reproducible(chosen.kind, plan.builder)
     if why_not:
         view.note(f"torchstack: not reproducible: {why_not}")
     for why in torch_defects(plan).values():
@@ -177,7 +176,7 @@ def _summary(plan: Plan, chosen, release: _Release, pushed: list, signed: list, 
 
 
 def _publish(
-    client, chosen, plan: Plan, run: RunOptions, pushes: list, release: _Release, began: datetime, note, archive_state: list[dict]
+    client, chosen, plan: Plan, run: RunOptions, pushes: list, release: _Release, began: datetime, note, record: dict
 ) -> tuple[list, list]:
     """The pushes, then with --sign the pushed release image signed, its SBOM and provenance attested.
     The release tag moves to each new image, and a dated tag (TAG-YYYYMMDDHHMM) names it for good;
@@ -209,10 +208,11 @@ def _publish(
         publish.check_registry(run.registry),
         run.sign,
         release.sbom,
-        client.images.get(plan.base_image).id,
+        record["base_image_id"],
         kind,
         began,
-        archive_state,
+        record["archive"],
+        record["why_not"],
     )
     note(f"torchstack: signed {signed['reference']}, with its SBOM and provenance attested (cosign, no transparency log)")
     return pushed, [signed]
@@ -242,7 +242,11 @@ def run_build(catalog: Catalog, settled: Settled) -> Plan:
     cleaned = sharing.sweep(client, sources.state_dir() / "contexts")
     base_missing = not engine.image_exists(client, plan.base_image)
     prerequisites.require(plan, bootstrap=base_missing and plan.base_is_bootstrapped)
-    archive_state = archive.require_suites(plan.apt) if plan.base_is_bootstrapped else []
+    record = {  # what makes the build again (reproducible.py), with the OS image's ID once it is here
+        "source_date_epoch": plan.source_date_epoch,
+        "archive": archive.require_suites(plan.apt) if plan.base_is_bootstrapped else [],
+        "why_not": not_reproducible(chosen.kind, plan.builder, chosen.kind == "docker" and engine.buildkit_by_default(chosen.url)),
+    }
     cpu_notes = prerequisites.require_cpu_for_checks(plan, checks=not run.no_test)
     source_files = sources.fetch_plan_sources(plan, run.source_mirror)
 
@@ -254,9 +258,10 @@ def run_build(catalog: Catalog, settled: Settled) -> Plan:
     started, began = time.monotonic(), datetime.now(timezone.utc)
 
     with _run_scope(client, run, contexts) as secrets, BuildView(reports, log_path, run.quiet) as view:
-        _say_first(view, plan, run, chosen, [*cleaned, *settled.notes, *cpu_notes], base_missing)
+        _say_first(view, plan, run, chosen, [*cleaned, *settled.notes, *cpu_notes], base_missing, record["why_not"])
         with building.lock(chosen, plan.base_image, view):
             base = building.base_image(client, plan, run, view)
+        record["base_image_id"] = client.images.get(base).id
         view.note(f"torchstack: base image {base}")
         ccache = _ccache_mover(plan, run, base)
         if ccache:
@@ -270,14 +275,8 @@ def run_build(catalog: Catalog, settled: Settled) -> Plan:
         with building.lock(chosen, f"{plan.top_image} release", view):
             release = _check_and_tag(client, chosen, catalog, plan, run, view, contexts, log_path)
         reports[-1].tags.append(plan.top_image)
-        pushed, signed = _publish(client, chosen, plan, run, pushes, release, began, view.note, archive_state)
+        pushed, signed = _publish(client, chosen, plan, run, pushes, release, began, view.note, record)
 
-    record = {
-        "source_date_epoch": plan.source_date_epoch,
-        "archive": archive_state,
-        "base_image_id": client.images.get(plan.base_image).id,
-        "why_not": not_reproducible(chosen.kind, plan.builder),
-    }
     summary = _summary(plan, chosen, release, pushed, signed, time.monotonic() - started, log_path, record)
     if run.json_file:
         write_json(run.json_file, summary, reports)

@@ -54,10 +54,16 @@ def described(epoch: int) -> str:
     return f"{epoch} ({datetime.fromtimestamp(epoch, timezone.utc):%Y-%m-%d %H:%M:%S} UTC)"
 
 
-def not_reproducible(kind: str, builder: str) -> str | None:
+def not_reproducible(kind: str, builder: str, current_docker: bool) -> str | None:
     """Why this engine's builds cannot be made again bit for bit; None where they can. BuildKit
-    (Docker 23 and later) takes SOURCE_DATE_EPOCH for the image's dates and the Dockerfiles clamp
-    the files' times; Docker's legacy builder stamps the clock on every image it makes."""
+    of Docker 23 and later (`current_docker`) takes SOURCE_DATE_EPOCH for the image's dates and
+    the Dockerfiles clamp the files' times; Docker's legacy builder, and the BuildKit of older
+    Docker releases, stamp the clock on every image they make."""
+    if kind == "docker" and builder == "buildx" and not current_docker:
+        return (
+            "this Docker release's BuildKit predates SOURCE_DATE_EPOCH (Docker 23 and later have it): "
+            "it stamps the build's clock on every image"
+        )
     if kind == "docker" and builder != "buildx":
         return (
             "Docker's legacy builder stamps the build's clock on every image: two builds of one request differ "

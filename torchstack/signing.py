@@ -20,7 +20,6 @@ from pathlib import Path
 from torchstack import provenance, registry
 from torchstack.errors import HostNotReady, ToolkitError, UsageProblem
 from torchstack.plan import Plan
-from torchstack.reproducible import not_reproducible
 from torchstack.sbom import BUILD_INFO_LABEL
 
 OFFLINE_SIGN = ("--tlog-upload=false", "--yes")
@@ -118,12 +117,12 @@ def sign_release(
     engine: str,
     started: datetime,
     archive_state: list[dict] = (),
+    why_not: str | None = None,
 ) -> dict:
     """--sign: the release image as pushed (by digest), signed, with its SBOM and its provenance
     (with `info`, the image's build-info label, and the archive's state the build read) attested."""
     remote = f"{registry_name}/{plan.top_image}"
     done = next(p for p in pushed if p.reference == remote)
-    why_not = not_reproducible(engine, plan.builder)
     predicate = provenance.predicate(plan, info, base_id, engine, started, datetime.now(timezone.utc), archive_state, why_not)
     return sign(f"{remote.rpartition(':')[0]}@{done.digest}", key, sbom, predicate)
 
