@@ -46,8 +46,9 @@ def test_a_source_date_epoch_that_is_not_a_number_is_one_line_exit_2(catalog, mo
 
 
 def test_the_dry_run_names_the_images_date_and_whether_this_engine_rebuilds_them_alike(catalog, monkeypatch):
+    """A source build's plan: no torch wheel to find (a new host's unit tests have none)."""
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
-    result = CliRunner().invoke(make_cli(catalog), ["--dry-run", "--torch-from", "wheel", "--openblas-from", "distro"])
+    result = CliRunner().invoke(make_cli(catalog), ["--dry-run"])
     assert result.exit_code == 0, result.output
     assert "dates         SOURCE_DATE_EPOCH 1700000000 (2023-11-14 22:13:20 UTC): SOURCE_DATE_EPOCH in the environment" in result.output
     assert "\nreproducible  " in result.output
