@@ -13,14 +13,13 @@ from click.core import ParameterSource
 
 from torchstack import __version__, image_commands, sharing
 from torchstack.connection import choose, connect
-from torchstack.engine import buildkit_by_default
 from torchstack.errors import DataError, ToolkitError, UsageProblem
 from torchstack.model import COMMAND, Catalog, load_catalog
 from torchstack.options import archive_options, build_options, engine_option, plan_options, request_from, writable_folder
 from torchstack.plan import Request
 from torchstack.planner import make_plan
 from torchstack.reports import backend_details, format_plan
-from torchstack.reproducible import not_reproducible
+from torchstack.reproducible import not_reproducible_on
 from torchstack.sharing import Terminated
 
 
@@ -71,7 +70,7 @@ def _print_dry_run(settled) -> None:
     click.echo(format_plan(settled.plan))
     chosen = choose(run.engine)
     click.echo(f"engine        {chosen.describe()}")
-    why_not = not_reproducible(chosen.kind, settled.plan.builder, chosen.kind == "docker" and buildkit_by_default(chosen.url))
+    why_not = not_reproducible_on(chosen.kind, chosen.url, settled.plan.builder)
     click.echo(f"reproducible  {'no: ' + why_not if why_not else 'yes: the same request and inputs give the same images'}")
     if run.cache_from:
         click.echo(f"cache from    {run.cache_from}: each stage image above, pulled where this engine lacks it")

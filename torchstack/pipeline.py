@@ -34,7 +34,7 @@ from torchstack.plan import RELEASE_STAGE, Plan
 from torchstack.progress import BuildView, StageReport, summary_table, write_json
 from torchstack.release import CONTENT_LABEL, add_records, gate, probe, published, refresh
 from torchstack.render import BuildSecrets
-from torchstack.reproducible import not_reproducible
+from torchstack.reproducible import not_reproducible_on
 from torchstack.run_options import RunOptions
 from torchstack.sbom import BUILD_INFO_LABEL
 from torchstack.settle import Settled
@@ -245,7 +245,7 @@ def run_build(catalog: Catalog, settled: Settled) -> Plan:
     record = {  # what makes the build again (reproducible.py), with the OS image's ID once it is here
         "source_date_epoch": plan.source_date_epoch,
         "archive": archive.require_suites(plan.apt) if plan.base_is_bootstrapped else [],
-        "why_not": not_reproducible(chosen.kind, plan.builder, chosen.kind == "docker" and engine.buildkit_by_default(chosen.url)),
+        "why_not": not_reproducible_on(chosen.kind, chosen.url, plan.builder),
     }
     cpu_notes = prerequisites.require_cpu_for_checks(plan, checks=not run.no_test)
     source_files = sources.fetch_plan_sources(plan, run.source_mirror)

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
+from torchstack.engine import buildkit_by_default
 from torchstack.errors import UsageProblem
 
 RELEASED = 1795305600  # 2026-11-22: torchstack 0.1.0 (r26.11), for an installed toolkit without its git history
@@ -35,6 +36,11 @@ def clamping_shell() -> str:
         f'SOURCE_DATE_EPOCH={FILE_EPOCH} PYTHONHASHSEED=0 /bin/bash -o pipefail -c "$1" '
         f"&& find / -xdev -newermt @{FILE_EPOCH} {mounts}-exec touch --no-dereference --date=@{FILE_EPOCH} {{}} +"
     )
+
+
+def not_reproducible_on(kind: str, url: str, builder: str) -> str | None:
+    """not_reproducible for the engine of `kind` at `url`, asked whether it is a current Docker."""
+    return not_reproducible(kind, builder, kind == "docker" and buildkit_by_default(url))
 
 
 def source_date_epoch(toolkit: dict, environ: Mapping[str, str] = os.environ) -> tuple[int, str]:
