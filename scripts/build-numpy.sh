@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build numpy from its pinned source distribution against the image's OpenBLAS, into VENV.
+# Build numpy from its pinned source distribution against the image's OpenBLAS, into VENV (made here
+# where it is not yet).
 # Inputs: SOURCE VERSION PATCHES TREE VENV JOBS CFLAGS CXXFLAGS PKG_CONFIG_PATH NUMPY_SETUP_ARGS
 #         PIP_INSTALLER (the pip to install first; it stays), BUILD_REQUIREMENTS (pinned meson-python,
 #         meson, ninja, cython).
@@ -17,6 +18,7 @@ echo "torchstack: building numpy $VERSION with CFLAGS='$CFLAGS' and ${setup_args
 export CXXFLAGS="${CXXFLAGS:-} -Wno-maybe-uninitialized -Wno-uninitialized"
 
 tree=$TREE
+[[ -x $VENV/bin/python3 ]] || python3 -m venv "$VENV"
 "$(dirname "$0")/prepare-source.sh" numpy "$VERSION" "$SOURCE" "$tree" "$PATCHES"
 if [[ -n ${PIP_INSTALLER:-} ]]; then
     # On its own first: a pip that hands every repeated --config-settings key to the build.

@@ -149,17 +149,36 @@ def bake(name: str, model, args: tuple, kwargs: dict | None = None) -> Path:
     found = key()
     target = folder_for(name, found)
     exported = torch.export.export(model, args, kwargs)
-    with tempfile.TemporaryDirectory(prefix="torchstack-bake-") as work, _working_files_in(work):
-        package = torch._inductor.aoti_compile_and_package(exported, package_path=os.path.join(work, "model.pt2"))
-        shutil.rmtree(target, ignore_errors=True)
-        target.mkdir(parents=True)
-        with zipfile.ZipFile(package) as archive:
-            archive.extractall(target)
+    # One working folder per name, never a random one: Inductor's generated code names its paths, and
+    # its file names are hashes of that code, so that the same model makes the same package.
+    work = os.path.join(tempfile.gettempdir(), f"torchstack-bake-{name}")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    try:
+        with _working_files_in(work):
+            package = torch._inductor.aoti_compile_and_package(exported, package_path=os.path.join(work, "model.pt2"))
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir(parents=True)
+            with zipfile.ZipFile(package) as archive:
+                archive.extractall(target)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     for source in target.glob("**/*.cpp"):  # the generated C++ the library was compiled from: not needed to load it
         source.unlink()
+    _content_serialization_ids(target)
     (target / KEY_FILE).write_text(json.dumps(found, indent=2, sort_keys=True) + "\n")
     print(f"torchstack_warm: {name}: compiled ahead of time into {target} for {found['cpu']}, torch {found['torch']}")
     return target
+
+
+def _content_serialization_ids(target: Path) -> None:
+    """The package's serialization id, which torch's writer draws at random, made from the package's
+    content: a package says nothing its model does not. Loading the library never reads it."""
+    for found in target.glob("**/.data/serialization_id"):
+        content = hashlib.sha256()
+        for path in sorted(p for p in target.rglob("*") if p.is_file() and p != found):
+            content.update(str(path.relative_to(target)).encode() + b"\0" + path.read_bytes())
+        found.write_text(str(int(content.hexdigest(), 16) % 10**40).zfill(40))
 
 
 class _Baked:

@@ -51,6 +51,9 @@ BUILD_TREES_DIR = "/tmp/torchstack-src"
 CCACHE_DIR = "/ccache"
 CCACHE_ID = "torchstack-ccache-{arch}"
 
+# Where BuildKit's copying steps bind what they copy (templates/_common.j2: copy); nothing stays there.
+COPY_MOUNT = "/run/torchstack-copy"
+
 # In the libs image: the compiled libraries the final image ships, at their own paths under this
 # folder (symbolic links kept), so that the final stage copies them with one COPY, links intact.
 PAYLOAD_DIR = f"{TOOLKIT_DIR}/payload"

@@ -23,7 +23,7 @@ import docker.errors
 from torchstack import archive, engine, layout, registry, reproducible, sbom, sharing, sources
 from torchstack.errors import ToolkitError
 from torchstack.plan import Plan
-from torchstack.render import refresh_context
+from torchstack.render import records_dockerfile, refresh_context
 
 # What the release holds, as one digest: its build-info and every package with its version, Debian's
 # and Python's (sbom.inventory). Equal for two builds that ship the same, whatever their files' times.
@@ -139,7 +139,7 @@ def add_records(client, plan: Plan, image: str, context: Path, log_path: Path, n
     (context / "build-info.json").write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
     labels = {sbom.BUILD_INFO_LABEL: json.dumps(info, sort_keys=True), CONTENT_LABEL: content}
     with _buildable(client, plan, found.id) as base:
-        (context / "Dockerfile").write_text(f"FROM {base}\nCOPY build-info.json {layout.BUILD_INFO}\nCOPY sbom.cdx.json {sbom.SBOM}\n")
+        (context / "Dockerfile").write_text(records_dockerfile(plan, base, sbom.SBOM))
         reproducible.set_times(context)
         result = _build_layer(client, plan, context, labels, "sbom", log_path)
     path = sbom.write(text, log_path.with_suffix(".sbom.cdx.json"))

@@ -123,6 +123,13 @@ def refresh_context(plan: Plan, image: str, upgrades: list[str], dest: Path) -> 
     reproducible.set_times(dest)
 
 
+def records_dockerfile(plan: Plan, image: str, sbom_path: str) -> str:
+    """The Dockerfile of the release image's records layer on `image`: its build-info.json and
+    sbom.cdx.json, from the context, at layout.BUILD_INFO and `sbom_path`."""
+    template = _environment().get_template("records.Dockerfile.j2")
+    return template.render(image=image, sbom=sbom_path, layout=layout, **_builder_values(plan))
+
+
 def banner(plan: Plan) -> str:
     """What an interactive start of the final image says first (the entry point then lists the
     runtime defaults with their values at that start)."""

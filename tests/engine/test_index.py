@@ -55,7 +55,7 @@ def test_pip_takes_packages_from_the_given_index_and_ships_no_trace_of_it(client
     # numpy again (BuildKit's next tools build did, a minute of every CI run).
     if builder == "buildx":
         template = repo_copy / "templates" / "tools.Dockerfile.j2"
-        template.write_text(template.read_text().replace("RUN python3 -m venv", f"RUN echo {unique_tag}\nRUN python3 -m venv", 1))
+        template.write_text(template.read_text().replace("{{ common.fetch(", f"RUN echo {unique_tag}\n{{{{ common.fetch(", 1))
     result = run_build_py(
         "--build-type",
         "tools",

@@ -73,13 +73,26 @@ def test_buildkit_mounts_the_secrets_and_caches_compiles(plan_for):
     assert "ENV PIP_CERT=/run/secrets/ca" in tools and "ENV PIP_CONFIG_FILE=/run/secrets/pip" in tools
     fetch, compile_ = tools.split("\nFROM tools-base AS fetch\n")[1].split("\nFROM tools-base\n")
     # The secrets reach the one step that downloads; the compile runs offline with the compiler cache.
-    assert 'RUN --mount=type=secret,id=ca --mount=type=secret,id=pip "/opt/venv/bin/pip" download' in fetch
+    assert 'RUN --mount=type=secret,id=ca --mount=type=secret,id=pip python3 -m venv /opt/venv && "/opt/venv/bin/pip" download' in fetch
     assert "RUN --mount=type=cache,id=torchstack-ccache-x86_64,target=/ccache CCACHE_DIR" in compile_
     assert "secret" not in compile_ and "PIP_NO_INDEX=1" in compile_
     assert " pip==26.3 meson-python==0.18.0 " in fetch, "the fetch step downloads the pip the build installs first"
     assert plan.component("numpy").env["PATH"].startswith("/usr/lib/ccache:")
     assert "ccache" in plan.component("numpy").build_packages
     assert plan.component("openblas").env["CCACHE_DIR"] == "/ccache"
+
+
+def test_buildkit_copies_in_steps_that_clamp_the_times(plan_for):
+    """BuildKit's COPY gives the folders it makes or changes the clock's time: its stages copy by a
+    bound source in a RUN step instead, whose shell clamps the times; the legacy builder keeps COPY."""
+    legacy = plan_for(builder="docker")
+    assert "\nCOPY examples/ /opt/torchstack/examples/\n" in render_dockerfile(legacy, legacy.stage("final"), SECRETS)
+    plan = plan_for(builder="buildx")
+    assert not [stage.name for stage in plan.stages if "\nCOPY " in render_dockerfile(plan, stage, SECRETS)]
+    final = render_dockerfile(plan, plan.stage("final"), SECRETS)
+    assert "RUN --mount=type=bind,source=examples,target=/run/torchstack-copy/1 \\\n mkdir -p /opt/torchstack/examples/ \\\n && cp -R" in final
+    assert " && cp -R --preserve=mode,timestamps,links /run/torchstack-copy/1/. /opt/venv/" in final
+    assert " && cp -R --preserve=mode,timestamps,links /run/torchstack-copy/1 /tmp/torchstack-constraints.txt" in final
 
 
 def test_every_dockerfile_parses(rendered):
@@ -117,7 +130,7 @@ def test_the_final_stage_ships_no_build_stage_files(plan_for):
     build, runtime = text.rsplit("\nFROM ", 1)
     assert "COPY ca-bundle.crt /tmp/torchstack-ca-bundle.crt" in build and "COPY pip.conf /tmp/torchstack-pip.conf" in build
     assert "ca-bundle" not in runtime and "PIP_CERT" not in runtime and "pip.conf" not in runtime
-    assert "COPY --from=install /opt/venv /opt/venv" in runtime
+    assert "COPY --from=install /opt/venv/ /opt/venv/" in runtime
 
 
 @pytest.mark.parametrize("runtime", ["full", "slim"])
