@@ -135,8 +135,9 @@ def add_records(client, plan: Plan, image: str, context: Path, log_path: Path, n
         sbom.write(json.dumps({"info": info, "sbom": text, "content": content}), cached)
     described = sbom.summary(text)
     context.mkdir(parents=True, exist_ok=True)
-    (context / "sbom.cdx.json").write_text(text)
-    (context / "build-info.json").write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
+    (context / "records").mkdir(exist_ok=True)
+    (context / "records" / "sbom.cdx.json").write_text(text)
+    (context / "records" / "build-info.json").write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
     labels = {sbom.BUILD_INFO_LABEL: json.dumps(info, sort_keys=True), CONTENT_LABEL: content}
     with _buildable(client, plan, found.id) as base:
         (context / "Dockerfile").write_text(records_dockerfile(plan, base, sbom.SBOM))

@@ -109,13 +109,13 @@ def _render(plan: Plan, stage: StagePlan, secrets: BuildSecrets) -> str:
 def refresh_context(plan: Plan, image: str, upgrades: list[str], dest: Path) -> None:
     """The build context of the layer that brings the final stage's `image` up to date with the
     plan's suites: the apt sources it keeps, the site's key, each upgrade as PACKAGE=VERSION."""
-    dest.mkdir(parents=True, exist_ok=True)
-    (dest / "sources.list").write_text(plan.apt.sources_list())
+    (dest / "apt").mkdir(parents=True, exist_ok=True)
+    (dest / "apt" / "sources.list").write_text(plan.apt.sources_list())
     keyring = None
     if plan.apt.keyring:
         keyring = f"torchstack-archive{'.asc' if plan.apt.keyring.read_bytes().lstrip().startswith(b'-----BEGIN') else '.gpg'}"
-        shutil.copyfile(plan.apt.keyring, dest / keyring)
-    (dest / "apt-upgrades.txt").write_text("".join(f"{line}\n" for line in upgrades))
+        shutil.copyfile(plan.apt.keyring, dest / "apt" / keyring)
+    (dest / "apt" / "apt-upgrades.txt").write_text("".join(f"{line}\n" for line in upgrades))
     template = _environment().get_template("refresh.Dockerfile.j2")
     (dest / "Dockerfile").write_text(
         template.render(image=image, upgrades=upgrades, keyring=keyring, record=layout.APT_UPGRADES, layout=layout, **_builder_values(plan))
@@ -217,17 +217,20 @@ def _release_files(plan: Plan, dest: Path) -> list[str]:
     if app := plan.requirements:
         _place(app.path, dest / "requirements" / "requirements.txt")
         _write_pins(dest / "requirements" / "resolved.txt", app.resolved)
-    for name in ("probe.py", *layout.SITE_FILES):
-        _place(SCRIPTS / name, dest / name)
+    # A folder for each copying step (templates/_common.j2: copy)
+    for name in layout.SITE_FILES:
+        _place(SCRIPTS / name, dest / "site" / name)
     shutil.copytree(EXAMPLES, dest / "examples", ignore=shutil.ignore_patterns("__pycache__"))
-    _place(SCRIPTS / "entrypoint.sh", dest / "entrypoint.sh")
-    (dest / "entrypoint.conf").write_text(entrypoint_conf(plan))
+    for name in ("probe.py", "entrypoint.sh"):
+        _place(SCRIPTS / name, dest / "toolkit" / name)
+    (dest / "toolkit" / "entrypoint.conf").write_text(entrypoint_conf(plan))
     # torch's pins for its own step, and every pin for the plugins' step: an image with plugins
     # reuses the install of torch that an image without them made
-    _write_pins(dest / "constraints.txt", plan.payload.torch_constraints)
+    (dest / "constraints").mkdir()
+    _write_pins(dest / "constraints" / "constraints.txt", plan.payload.torch_constraints)
     if plan.plugins:
         _write_pins(dest / "plugins" / "constraints.txt", plan.payload.python_constraints)
-    (dest / "build-info.json").write_text(json.dumps(build_info(plan), indent=2, sort_keys=True) + "\n")
+    (dest / "toolkit" / "build-info.json").write_text(json.dumps(build_info(plan), indent=2, sort_keys=True) + "\n")
     return missing
 
 
@@ -251,15 +254,15 @@ def assemble_context(
     (dest / "Dockerfile").write_text(dockerfile)
     for c in stage.components:
         if c.source is not None:
-            _place(SCRIPTS / "prepare-source.sh", dest / "scripts" / "prepare-source.sh")
-            _place(SCRIPTS / c.script, dest / "scripts" / c.script)
+            _place(SCRIPTS / "prepare-source.sh", dest / "scripts" / c.name / "prepare-source.sh")
+            _place(SCRIPTS / c.script, dest / "scripts" / c.name / c.script)
             patch_dir = PATCHES / c.name
             (dest / "patches" / c.name).mkdir(parents=True, exist_ok=True)
             if patch_dir.is_dir():
                 for patch in patch_dir.iterdir():
                     _place(patch, dest / "patches" / c.name / patch.name)
             if c.source.filename in sources:
-                _place(sources[c.source.filename], dest / "sources" / c.source.filename)
+                _place(sources[c.source.filename], dest / "sources" / c.name / c.source.filename)
             else:
                 missing.append(c.source.filename)
         if c.name == "torch" and c.method == "wheel":

@@ -372,14 +372,9 @@ def _current_engine_inputs(build: Build, folder: Path) -> list[str]:
     return ["--torch-wheel", x86_wheelhouse()]
 
 
-# The stages whose images are proven the same when made again (test_reproducible.py); those after the
-# numpy compile are not yet.
-REPRODUCED_UP_TO = "libs"
-
-
 def _rebuild_inputs(build: Build, folder: Path) -> list[str]:
     build.env = {"DOCKER_HOST": REBUILD_ENGINE.get(), "TORCHSTACK_CACHE": str(folder / "state")}
-    return ["--torch-wheel", x86_wheelhouse(), "--build-type", REPRODUCED_UP_TO, "--no-test"]
+    return ["--torch-wheel", x86_wheelhouse(), "--no-test"]
 
 
 def _podman_inputs(build: Build, folder: Path) -> list[str]:
@@ -441,8 +436,7 @@ IMAGES = Scheduler(
         # Docker release, as on a Debian 13 or Ubuntu 24.04 host or a CI runner: every stage built anew.
         "built_on_current": Build(X86_ARGS, after=("x86_build",), prepare=_current_engine_inputs),
         # The same request again, cold, on another empty engine of that release, with a state folder of its
-        # own: another host's clock, cache and downloads, up to the stages before the numpy compile
-        # (test_reproducible.py).
+        # own: another host's clock, cache and downloads (test_reproducible.py).
         "rebuilt_on_current": Build(X86_ARGS, after=("built_on_current",), prepare=_rebuild_inputs, recheck=False),
         # The README's build on an empty Podman engine from those stages, checked through Podman and
         # pushed; its image is Podman's own: its checks run without --recheck.

@@ -55,7 +55,7 @@ def test_render_writes_each_stage(cli, tmp_path):
     assert code == 0, out
     for stage in ("base", "libs", "tools", "dev", "final"):
         assert (tmp_path / stage / "Dockerfile").is_file()
-    assert (tmp_path / "libs" / "scripts" / "build-openblas.sh").is_file()
+    assert (tmp_path / "libs" / "scripts" / "openblas" / "build-openblas.sh").is_file()
 
 
 def test_list_backends_and_targets(cli):

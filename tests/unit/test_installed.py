@@ -54,5 +54,5 @@ def test_list_plan_and_render_work_from_another_folder(installed):
     assert rendered.returncode == 0, rendered.stderr
     final = installed[1] / "out" / "final"
     assert (final / "Dockerfile").read_text().startswith("# torchstack stage")
-    assert (final / "examples" / "compile.py").is_file() and (final / "probe.py").is_file()
+    assert (final / "examples" / "compile.py").is_file() and (final / "toolkit" / "probe.py").is_file()
     assert "`torchstack fetch`" in rendered.stdout  # how an installed toolkit is run

@@ -54,7 +54,7 @@ def test_plugins_that_fit_join_the_plan_the_tag_and_the_build_info(plan_for, plu
     assert sorted(p.name for p in placed.glob("*.whl")) == sorted(p.name for p in folder.iterdir())
     # torch's step reads torch's pins alone (so that it is the step an image without plugins made);
     # the plugins' step reads every pin, theirs too.
-    torch_pins = (tmp_path / "final" / "constraints.txt").read_text().split()
+    torch_pins = (tmp_path / "final" / "constraints" / "constraints.txt").read_text().split()
     assert torch_pins == list(plan.payload.torch_constraints) and "sympy==1.14.0" in torch_pins
     assert (placed / "constraints.txt").read_text().split() == list(plan.payload.python_constraints)
     assert dockerfile.index("/tmp/wheels/torch-*.whl") < dockerfile.index("COPY plugins/")

@@ -90,9 +90,10 @@ def test_buildkit_copies_in_steps_that_clamp_the_times(plan_for):
     plan = plan_for(builder="buildx")
     assert not [stage.name for stage in plan.stages if "\nCOPY " in render_dockerfile(plan, stage, SECRETS)]
     final = render_dockerfile(plan, plan.stage("final"), SECRETS)
-    assert "RUN --mount=type=bind,source=examples,target=/run/torchstack-copy/1 \\\n mkdir -p /opt/torchstack/examples/ \\\n && cp -R" in final
-    assert " && cp -R --preserve=mode,timestamps,links /run/torchstack-copy/1/. /opt/venv/" in final
-    assert " && cp -R --preserve=mode,timestamps,links /run/torchstack-copy/1 /tmp/torchstack-constraints.txt" in final
+    # A folder is bound, never a file: the BuildKit of Docker 20.10 cannot bind a file.
+    assert "RUN --mount=type=bind,source=examples,target=/run/torchstack-copy \\\n mkdir -p /opt/torchstack/examples/ \\\n && cp" in final
+    assert "from=install,source=/opt/venv,target=/run/torchstack-copy \\\n mkdir -p /opt/venv/ \\\n && cp -R " in final
+    assert " && cp --preserve=mode,timestamps /run/torchstack-copy/constraints.txt /tmp/torchstack-constraints.txt" in final
 
 
 def test_every_dockerfile_parses(rendered):
@@ -160,16 +161,17 @@ def test_context_holds_what_the_dockerfile_copies(plan_for, tmp_path):
     files = {p.relative_to(tmp_path / "libs").as_posix() for p in (tmp_path / "libs").rglob("*") if p.is_file()}
     assert files == {
         "Dockerfile",
-        "scripts/prepare-source.sh",
-        "scripts/build-openblas.sh",
-        "scripts/build-zdnn.sh",
-        "sources/OpenBLAS-0.3.33.tar.gz",
-        "sources/zDNN-1.0.1.tar.gz",
+        "scripts/openblas/prepare-source.sh",
+        "scripts/openblas/build-openblas.sh",
+        "scripts/zdnn/prepare-source.sh",
+        "scripts/zdnn/build-zdnn.sh",
+        "sources/openblas/OpenBLAS-0.3.33.tar.gz",
+        "sources/zdnn/zDNN-1.0.1.tar.gz",
     }  # no build secrets: the libs stage runs no pip
     assemble_context(plan, plan.stage("final"), tmp_path / "final", sources, secrets)
-    info = json.loads((tmp_path / "final" / "build-info.json").read_text())
+    info = json.loads((tmp_path / "final" / "toolkit" / "build-info.json").read_text())
     assert info["target_flag"] == "-march=arch14"
-    constraints = (tmp_path / "final" / "constraints.txt").read_text().splitlines()
+    constraints = (tmp_path / "final" / "constraints" / "constraints.txt").read_text().splitlines()
     assert constraints == info["python_constraints"] and "sympy==1.14.0" in constraints
     assert (tmp_path / "final" / "ca-bundle.crt").exists() and (tmp_path / "final" / "pip.conf").exists()
 
@@ -182,20 +184,19 @@ def test_render_reports_missing_sources(plan_for, tmp_path):
 def test_the_final_image_starts_through_the_cpu_guard_with_the_runtime_defaults(plan_for, tmp_path):
     plan = plan_for(backend="onednn-acl", build_target="neoverse-v1", release="r26.11")
     assemble_context(plan, plan.stage("final"), tmp_path, {})
-    conf = dict(
-        line.split("=", 1) for line in (tmp_path / "entrypoint.conf").read_text().splitlines() if "=" in line and not line.startswith(" ")
-    )
+    text = (tmp_path / "toolkit" / "entrypoint.conf").read_text()
+    conf = dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith(" "))
     assert conf["TORCHSTACK_CPU_FEATURES"] == "'atomics asimdrdm fphp asimdhp lrcpc dcpop asimddp sve bf16 i8mm'"
     # No tuning measured on aarch64: the one default is the distribution's, for torch.compile.
     assert conf["TORCHSTACK_CPUINFO_FIELD"] == "Features" and conf["TORCHSTACK_DEFAULTS"] == "TORCHINDUCTOR_VEC_ISA_OK"
-    banner = (tmp_path / "entrypoint.conf").read_text().split("TORCHSTACK_BANNER=", 1)[1]
+    banner = (tmp_path / "toolkit" / "entrypoint.conf").read_text().split("TORCHSTACK_BANNER=", 1)[1]
     assert "torchstack r26.11-torch-2.13.0-onednn-acl-neoverse-v1" in banner and "torch.compile works" in banner
     assert "available, off by default: -e ONEDNN_DEFAULT_FPMATH_MODE=BF16" in banner
     assert "-e LD_PRELOAD=/usr/lib/aarch64-linux-gnu/libtcmalloc_minimal.so.4" in banner
     dockerfile = (tmp_path / "Dockerfile").read_text()
     assert "ENV LD_PRELOAD" not in dockerfile and 'ENV TORCHINDUCTOR_VEC_ISA_OK="1"' in dockerfile
     assert 'ENTRYPOINT ["/opt/torchstack/entrypoint.sh"]' in dockerfile
-    assert (tmp_path / "entrypoint.sh").stat().st_mode & 0o111, "the entry point must be executable"
+    assert (tmp_path / "toolkit" / "entrypoint.sh").stat().st_mode & 0o111, "the entry point must be executable"
 
 
 def test_an_image_without_security_updates_says_so_in_its_banner_and_labels(plan_for):
@@ -216,8 +217,8 @@ def test_the_refresh_layer_keeps_the_suites_and_records_its_upgrades(plan_for, t
     plan = plan_for(backend="onednn", release="r26.11")
     refresh_context(plan, "sha256:" + "0" * 64, ["libssl3=3.0.22-1~deb13u1"], tmp_path)
     dockerfile = (tmp_path / "Dockerfile").read_text()
-    assert (tmp_path / "sources.list").read_text() == plan.apt.sources_list()
-    assert (tmp_path / "apt-upgrades.txt").read_text() == "libssl3=3.0.22-1~deb13u1\n"
+    assert (tmp_path / "apt" / "sources.list").read_text() == plan.apt.sources_list()
+    assert (tmp_path / "apt" / "apt-upgrades.txt").read_text() == "libssl3=3.0.22-1~deb13u1\n"
     assert "apt-get upgrade -y --with-new-pkgs" in dockerfile and dockerfile.rstrip().endswith("USER 1000:1000")
     hadolint = dev_tool("hadolint")
     ignores = [arg for rule in HADOLINT_IGNORED for arg in ("--ignore", rule)]

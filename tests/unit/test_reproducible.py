@@ -122,7 +122,7 @@ def test_a_context_has_fixed_times_and_the_users_files_keep_theirs(plan_for, tmp
         times = {p.relative_to(tmp_path): p.lstat().st_mtime for p in (tmp_path / folder, *(tmp_path / folder).rglob("*"))}
         assert set(times.values()) == {reproducible.FILE_EPOCH}, times
     assert users.stat().st_mtime == before and users.stat().st_nlink == 1, "the user's wheel is copied, never touched"
-    assert (tmp_path / "tools" / "sources" / numpy).stat().st_ino == downloaded.stat().st_ino, "the toolkit's download is linked"
+    assert (tmp_path / "tools" / "sources" / "numpy" / numpy).stat().st_ino == downloaded.stat().st_ino, "the toolkit's download is linked"
 
 
 def test_the_provenance_names_the_images_date_the_archives_state_and_the_claim(plan_for):
