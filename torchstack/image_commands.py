@@ -138,25 +138,60 @@ def test_command(catalog: Catalog) -> click.Command:
 def verify_command(catalog: Catalog) -> click.Command:
     @click.command("verify")
     @click.argument("image")
-    @click.option("--key", required=True, help="The signer's public key (cosign.pub) or a KMS reference.")
+    @click.option("--key", help="The signer's public key (cosign.pub) or a KMS reference (required but with --rebuild alone).")
     @click.option("--pull", is_flag=True, help="Then pull the verified digest (never the tag, which may move).")
+    @click.option(
+        "--rebuild",
+        is_flag=True,
+        help="Build IMAGE again on this engine from what it records (toolkit revision, request, SOURCE_DATE_EPOCH), "
+        "with no cache, and compare: its ID where the same, else the layers and files that differ (exit 1).",
+    )
+    @click.option(
+        "--torch-wheel", metavar="PATH", help="With --rebuild: the torch wheel (a .whl file or a folder) the image was built from."
+    )
+    @click.option(
+        "--ca-bundle",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="With --rebuild: a CA bundle for the package index (as a build's --ca-bundle).",
+    )
+    @click.option(
+        "--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), help="With --rebuild: the rebuild's --json summary."
+    )
     @engine_option
-    def verify_command(image: str, key: str, pull: bool, engine: str) -> None:
+    def verify_command(
+        image: str, key: str | None, pull: bool, rebuild: bool, torch_wheel: str | None, ca_bundle: Path | None, json_file, engine: str
+    ) -> None:
         """Check IMAGE in its registry before use: its signature (each image's, for a multi-architecture
         list), its SBOM and provenance attestations, both about this very digest, and the provenance
-        against the image's build-info. Prints the digest to pull."""
+        against the image's build-info. Prints the digest to pull. With --rebuild, build it again here
+        and compare (docs/using/reproducible.md)."""
         from torchstack import registry, signing
 
-        registry.parse(image)
-        key = signing.check_key(key, "--key", private=False)
-        found = signing.verify(image, key)
-        for line in found.images:
-            click.echo(f"torchstack: verified {line}: signature, SBOM and provenance (this digest, its build-info)", err=True)
-        if pull:
+        if not key and not rebuild:
+            raise UsageProblem("verify needs --key (the signer's public key), --rebuild, or both")
+        if (torch_wheel or ca_bundle or json_file) and not rebuild:
+            raise UsageProblem("--torch-wheel, --ca-bundle and --json go with --rebuild")
+        reference = image
+        if key:
+            registry.parse(image)
+            found = signing.verify(image, signing.check_key(key, "--key", private=False))
+            for line in found.images:
+                click.echo(f"torchstack: verified {line}: signature, SBOM and provenance (this digest, its build-info)", err=True)
+            reference = found.reference
+        if pull or rebuild:
             client, chosen = connect(choose(engine))
-            client.images.pull(found.reference)
-            click.echo(f"torchstack: pulled {found.reference} ({chosen.kind})", err=True)
-        click.echo(found.reference)
+        if pull:
+            client.images.pull(reference)
+            click.echo(f"torchstack: pulled {reference} ({chosen.kind})", err=True)
+        if rebuild:
+            from torchstack import rebuild as rebuilding
+
+            given = [*(["--torch-wheel", torch_wheel] if torch_wheel else []), *(["--ca-bundle", str(ca_bundle)] if ca_bundle else [])]
+            same = rebuilding.verify(client, catalog, reference, given, json_file, lambda line: click.echo(line, err=True))
+            click.echo(f"torchstack: reproduced {reference}: built again from what it records, it is the same image", err=True)
+            click.echo(same)
+            return
+        click.echo(reference)
 
     return verify_command
 

@@ -15,6 +15,7 @@ import difflib
 import io
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -373,8 +374,20 @@ def _current_engine_inputs(build: Build, folder: Path) -> list[str]:
 
 
 def _rebuild_inputs(build: Build, folder: Path) -> list[str]:
-    build.env = {"DOCKER_HOST": REBUILD_ENGINE.get(), "TORCHSTACK_CACHE": str(folder / "state")}
-    return ["--torch-wheel", x86_wheelhouse(), "--no-test"]
+    """The README's image, as a third party has it (here: moved from the engine that built it to another,
+    empty one), for `verify IMAGE --rebuild` to build again there from what it records."""
+    image = IMAGES.table["built_on_current"].result()["stages"][-1]["tags"][-1]
+    engine = REBUILD_ENGINE.get()
+    moved = subprocess.run(
+        f"docker -H {shlex.quote(CURRENT_ENGINE.get())} save {shlex.quote(image)} | docker -H {shlex.quote(engine)} load",
+        shell=True,
+        capture_output=True,
+        text=True,
+    )
+    if moved.returncode != 0:
+        raise RuntimeError(f"moving {image} to the other engine failed: {moved.stderr[-2000:]}")
+    build.env = {"DOCKER_HOST": engine, "TORCHSTACK_CACHE": str(folder / "state")}
+    return [image, "--rebuild", "--torch-wheel", x86_wheelhouse(), "--ca-bundle", str(CA_BUNDLE)]
 
 
 def _podman_inputs(build: Build, folder: Path) -> list[str]:
@@ -435,9 +448,9 @@ IMAGES = Scheduler(
         # The README's build as it is (no --builder: BuildKit by default) on an empty engine of a current
         # Docker release, as on a Debian 13 or Ubuntu 24.04 host or a CI runner: every stage built anew.
         "built_on_current": Build(X86_ARGS, after=("x86_build",), prepare=_current_engine_inputs),
-        # The same request again, cold, on another empty engine of that release, with a state folder of its
-        # own: another host's clock, cache and downloads (test_reproducible.py).
-        "rebuilt_on_current": Build(X86_ARGS, after=("built_on_current",), prepare=_rebuild_inputs, recheck=False),
+        # That image built again by `verify --rebuild`, cold, on another empty engine of that release, with a
+        # state folder of its own: another host's clock, cache and downloads (test_reproducible.py).
+        "rebuilt_on_current": Build(["verify"], after=("built_on_current",), prepare=_rebuild_inputs, recheck=False),
         # The README's build on an empty Podman engine from those stages, checked through Podman and
         # pushed; its image is Podman's own: its checks run without --recheck.
         "podman_build": Build(["--engine", "podman", *X86_ARGS], after=("pushed",), prepare=_podman_inputs, recheck=False),

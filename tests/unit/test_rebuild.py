@@ -1,0 +1,56 @@
+"""`verify --rebuild` asks for the build an image records: the same plan, the same Dockerfiles, the same
+build-info; what it cannot make again (a dirty or other toolkit revision, a team's file) is one line."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+from click.testing import CliRunner
+
+from torchstack import rebuild
+from torchstack.cli import make_cli
+from torchstack.errors import UsageProblem
+
+
+def _render(cli, folder, args) -> tuple[dict, str]:
+    result = CliRunner().invoke(cli, ["render", "--output", str(folder), *args])
+    assert result.exit_code == 0, result.output
+    final = folder / "final"
+    return json.loads((final / "toolkit" / "build-info.json").read_text()), (final / "Dockerfile").read_text()
+
+
+@pytest.mark.parametrize(
+    "request_args",
+    [
+        ["--backend", "openblas", "--arch", "s390x", "--build-target", "z16", "--release", "r26.01"],
+        ["--backend", "onednn", "--arch", "x86_64", "--source-version", "openblas=0.3.33", "--no-security-updates", "--runtime", "slim"],
+        ["--arch", "aarch64", "--debian-mirror", "http://mirror.example/debian", "--security-mirror", "http://mirror.example/security"],
+    ],
+)
+def test_the_rebuild_asks_for_the_build_the_image_records(catalog, tmp_path, request_args):
+    cli = make_cli(catalog)
+    info, dockerfile = _render(cli, tmp_path / "first", request_args)
+    labels = {rebuild.BASE_NAME_LABEL: "torchstack-os:whatever"}
+    again, again_dockerfile = _render(cli, tmp_path / "again", rebuild.arguments(catalog, info, labels))
+    assert again == info
+    assert again_dockerfile == dockerfile
+
+
+def test_what_cannot_be_built_again_is_one_line(catalog):
+    here = {"version": "0.1.0", "revision": "0123456789ab", "committed": 1}
+    for toolkit, said in (
+        ({"revision": "0123456789ab-dirty"}, "uncommitted changes"),
+        ({"revision": "ba9876543210"}, "run `git checkout ba9876543210`"),
+        ({"version": "0.1.0", "revision": None}, "no revision to check out"),
+    ):
+        with pytest.raises(UsageProblem, match=said):
+            rebuild.check_revision("img", {"toolkit": toolkit}, here)
+    rebuild.check_revision("img", {"toolkit": {"revision": "0123456789ab"}}, here)
+    info = {"requirements": {"sha256": "0" * 64}, "target": "generic", "arch": "x86_64"}
+    with pytest.raises(UsageProblem, match="--requirements"):
+        rebuild.arguments(catalog, info, {})
+
+
+def test_the_images_date_is_its_source_date_epoch():
+    assert rebuild.epoch_of(SimpleNamespace(attrs={"Created": "2026-11-27T09:30:00Z"})) == 1795771800
+    assert rebuild.epoch_of(SimpleNamespace(attrs={"Created": "2026-11-27T09:30:00.123456789Z"})) == 1795771800
