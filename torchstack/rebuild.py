@@ -25,6 +25,7 @@ from torchstack.errors import ToolkitError, UsageProblem
 from torchstack.metadata import toolkit_revision
 from torchstack.model import Catalog
 from torchstack.sbom import BUILD_INFO_LABEL
+from torchstack.sharing import die_with_parent
 
 
 class NotReproduced(ToolkitError):
@@ -119,9 +120,18 @@ def epoch_of(found) -> int:
 def build_again(args: list[str], epoch: int, summary: Path) -> dict:
     """The build, run as `./build.py ARGS` with no cache and no checks, its progress on stderr; its --json summary."""
     command = [sys.executable, "-m", "torchstack.cli", *args, "--repository", REPOSITORY, "--no-cache", "--no-test", "--json", str(summary)]
-    done = subprocess.run(command, env={**os.environ, "SOURCE_DATE_EPOCH": str(epoch)}, stdout=sys.stderr, check=False)
-    if done.returncode != 0:
-        raise ToolkitError(f"the rebuild failed (exit {done.returncode}): its log says why")
+    package_root = str(Path(__file__).resolve().parents[1])
+    path = os.pathsep.join(filter(None, (package_root, os.environ.get("PYTHONPATH"))))
+    environment = {**os.environ, "SOURCE_DATE_EPOCH": str(epoch), "PYTHONPATH": path}
+    build = subprocess.Popen(command, env=environment, stdout=sys.stderr, preexec_fn=die_with_parent)
+    try:
+        code = build.wait()
+    except BaseException:  # Ctrl-C, a CI job's SIGTERM: the build removes what it started, as it does on its own
+        build.terminate()
+        build.wait(timeout=120)
+        raise
+    if code != 0:
+        raise ToolkitError(f"the rebuild failed (exit {code}): its log says why")
     return json.loads(summary.read_text())
 
 
