@@ -373,20 +373,21 @@ def _current_engine_inputs(build: Build, folder: Path) -> list[str]:
     return ["--torch-wheel", x86_wheelhouse()]
 
 
-def _rebuild_inputs(build: Build, folder: Path) -> list[str]:
-    """The README's image, as a third party has it (here: moved from the engine that built it to another,
-    empty one), for `verify IMAGE --rebuild` to build again there from what it records."""
+def _moved_to_rebuild_engine() -> str:
+    """The README's image, as a third party has it: moved from the engine that built it to another, empty one."""
     image = IMAGES.table["built_on_current"].result()["stages"][-1]["tags"][-1]
-    engine = REBUILD_ENGINE.get()
-    moved = subprocess.run(
-        f"docker -H {shlex.quote(CURRENT_ENGINE.get())} save {shlex.quote(image)} | docker -H {shlex.quote(engine)} load",
-        shell=True,
-        capture_output=True,
-        text=True,
-    )
+    source, target = (shlex.quote(engine.get()) for engine in (CURRENT_ENGINE, REBUILD_ENGINE))
+    command = f"docker -H {source} save {shlex.quote(image)} | docker -H {target} load"
+    moved = subprocess.run(command, shell=True, capture_output=True, text=True)
     if moved.returncode != 0:
         raise RuntimeError(f"moving {image} to the other engine failed: {moved.stderr[-2000:]}")
-    build.env = {"DOCKER_HOST": engine, "TORCHSTACK_CACHE": str(folder / "state")}
+    return image
+
+
+def _rebuild_inputs(build: Build, folder: Path) -> list[str]:
+    """`verify IMAGE --rebuild` on the engine the image was moved to, with a state folder of its own."""
+    build.env = {"DOCKER_HOST": REBUILD_ENGINE.get(), "TORCHSTACK_CACHE": str(folder / "state")}
+    image = IMAGES.table["moved_to_rebuild_engine"].result()
     return [image, "--rebuild", "--torch-wheel", x86_wheelhouse(), "--ca-bundle", str(CA_BUNDLE)]
 
 
@@ -435,6 +436,14 @@ IMAGES = Scheduler(
         # The arm64 OS image, then the arm64 onednn-acl chain under qemu: the longest build; its
         # tests run last. It builds on nothing of the x86_64 chain, so it starts beside it.
         "arm64_os": Build(["bootstrap", "--arch", "aarch64"], summary=False, recheck=False),
+        # The README's build as it is (no --builder: BuildKit by default) on an empty engine of a current
+        # Docker release, as on a Debian 13 or Ubuntu 24.04 host or a CI runner: every stage built anew.
+        "built_on_current": Build(X86_ARGS, after=("x86_build",), prepare=_current_engine_inputs),
+        # That image built again by `verify --rebuild`, cold, on another empty engine of that release it is
+        # moved to, with a state folder of its own: another host's clock, cache and downloads
+        # (test_reproducible.py). First of those after the x86_64 chain: the longest chain that follows it.
+        "moved_to_rebuild_engine": Call(_moved_to_rebuild_engine, lambda image: None, after=("built_on_current",)),
+        "rebuilt_on_current": Build(["verify"], after=("moved_to_rebuild_engine",), prepare=_rebuild_inputs, recheck=False),
         # trixie's skopeo for the signature policy tests.
         "skopeo": Call(_skopeo_image, _remove_image, after=("x86_build",)),
         # zendnn with zentorch (from PyPI, paired with torch by version) and the two test plugins
@@ -445,12 +454,6 @@ IMAGES = Scheduler(
         "pushed": Build(X86_ARGS, after=("x86_build",), prepare=_push_inputs, recheck=False),
         # The README's build on an empty second engine, with those stages as --cache-from.
         "built_on_b": Build(X86_ARGS, after=("pushed",), prepare=_engine_b_inputs),
-        # The README's build as it is (no --builder: BuildKit by default) on an empty engine of a current
-        # Docker release, as on a Debian 13 or Ubuntu 24.04 host or a CI runner: every stage built anew.
-        "built_on_current": Build(X86_ARGS, after=("x86_build",), prepare=_current_engine_inputs),
-        # That image built again by `verify --rebuild`, cold, on another empty engine of that release, with a
-        # state folder of its own: another host's clock, cache and downloads (test_reproducible.py).
-        "rebuilt_on_current": Build(["verify"], after=("built_on_current",), prepare=_rebuild_inputs, recheck=False),
         # The README's build on an empty Podman engine from those stages, checked through Podman and
         # pushed; its image is Podman's own: its checks run without --recheck.
         "podman_build": Build(["--engine", "podman", *X86_ARGS], after=("pushed",), prepare=_podman_inputs, recheck=False),
