@@ -123,14 +123,15 @@ def add_records(client, plan: Plan, image: str, context: Path, log_path: Path, n
     image's ID, untagged until its checks pass, and the SBOM's copy next to the build log. Made
     once per image ID; the layer comes from the engine's cache when nothing changed."""
     found = client.images.get(image)
-    cached = sources.state_dir() / "sbom" / f"{found.id.removeprefix('sha256:')}-records.json"
+    # "-2": the SBOM no longer names the engine's repository; records read before are read again.
+    cached = sources.state_dir() / "sbom" / f"{found.id.removeprefix('sha256:')}-records-2.json"
     if cached.is_file():
         info, text, content = json.loads(cached.read_text()).values()
     else:
         inventory = sbom.inventory(client, found.id, plan.platform)
         info = confirmed(json.loads(found.labels[sbom.BUILD_INFO_LABEL]), inventory)
         created = datetime.fromisoformat(re.sub(r"(\.\d{6})\d+", r"\1", found.attrs["Created"]).replace("Z", "+00:00"))
-        text = sbom.document(inventory, info, plan.final_image, created)
+        text = sbom.document(inventory, info, created)
         content = "sha256:" + hashlib.sha256(json.dumps({"info": info, "inventory": inventory}, sort_keys=True).encode()).hexdigest()
         sbom.write(json.dumps({"info": info, "sbom": text, "content": content}), cached)
     described = sbom.summary(text)

@@ -56,12 +56,14 @@ def inventory(client: docker.DockerClient, image: str, platform: str) -> dict:
     return json.loads(output.decode().strip().splitlines()[-1])
 
 
-def document(found: dict, info: dict, image_name: str, created: datetime) -> str:
-    """The CycloneDX 1.6 JSON document for an image with build-info `info` holding `found`."""
+def document(found: dict, info: dict, created: datetime) -> str:
+    """The CycloneDX 1.6 JSON document for an image with build-info `info` holding `found`. The image is
+    named by its release tag alone: not by the engine's repository (--repository) or a registry's, which
+    are where it is kept, not what it holds (an image built again under another name is the same)."""
     bom = Bom()
     release = Component(
         type=ComponentType.CONTAINER,
-        name=image_name.rpartition(":")[0] or image_name,
+        name="torchstack",
         version=info["release_tag"],
         bom_ref=f"image:{info['release_tag']}",
         properties=[
@@ -109,7 +111,7 @@ def document(found: dict, info: dict, image_name: str, created: datetime) -> str
     for part in parts:
         bom.components.add(part)
     bom.register_dependency(release, parts)
-    bom.serial_number = uuid.uuid5(uuid.NAMESPACE_URL, "torchstack:" + json.dumps([found, info, image_name], sort_keys=True))
+    bom.serial_number = uuid.uuid5(uuid.NAMESPACE_URL, "torchstack:" + json.dumps([found, info], sort_keys=True))
     return JsonV1Dot6(bom).output_as_string(indent=1)
 
 
