@@ -10,7 +10,7 @@ from pathlib import Path
 import docker
 
 from torchstack.archive import DEBIAN_KEYRING
-from torchstack.engine import BuildProgress, build_image_buildx, image_exists
+from torchstack.engine import BuildProgress, build_image, build_image_buildx, image_exists
 from torchstack.errors import BuildFailed, ToolkitError
 from torchstack.layout import APT_LEFTOVERS
 from torchstack.plan import Plan
@@ -86,8 +86,8 @@ def _mmdebstrap(plan: Plan, rootfs: Path) -> None:
 
 
 def _load(client: docker.DockerClient, plan: Plan, work: Path) -> None:
-    """The tarball in `work` as the plan's base image: by BuildKit where the stages are, dated
-    FILE_EPOCH as its files (the same tarball, the same image), else by the engine's API."""
+    """The tarball in `work` as the plan's base image, dated FILE_EPOCH as its files (the same
+    tarball, the same image): by BuildKit where the stages are, else by the engine's API."""
     (work / "Dockerfile").write_text(DOCKERFILE)
     labels = {
         "org.opencontainers.image.title": f"Debian {plan.distribution.name} minbase ({plan.arch.debian})",
@@ -95,16 +95,16 @@ def _load(client: docker.DockerClient, plan: Plan, work: Path) -> None:
         "io.torchstack.apt-suites": " ".join(suite.name for suite in plan.apt.suites),
     }
     failed = f"loading the bootstrapped {plan.distribution.name} rootfs failed"
-    if plan.builder == "buildx":
-        set_times(work)
-        try:
-            progress = BuildProgress()
+    progress = BuildProgress()
+    try:
+        if plan.builder == "buildx":
+            set_times(work)
             build_image_buildx(
                 work, plan.base_image, plan.platform, labels, False, {}, lambda line: None, progress, "os", work, epoch=FILE_EPOCH
             )
-        except BuildFailed as exc:
-            raise ToolkitError(f"{failed}: {str(exc).splitlines()[0]}") from None
-        return
-    for chunk in client.api.build(path=str(work), tag=plan.base_image, platform=plan.platform, labels=labels, rm=True, decode=True):
-        if "error" in chunk:
-            raise ToolkitError(f"{failed}: {chunk['error'].strip()}")
+        else:
+            build_image(
+                client, work, plan.base_image, plan.platform, labels, False, lambda line: None, progress, "os", work, timestamp=FILE_EPOCH
+            )
+    except BuildFailed as exc:
+        raise ToolkitError(f"{failed}: {str(exc).splitlines()[0]}") from None

@@ -6,7 +6,7 @@ import functools
 import time
 from pathlib import Path
 
-from torchstack import bootstrap, connection, engine, publish, sharing, sources
+from torchstack import bootstrap, connection, engine, publish, reproducible, sharing, sources
 from torchstack.errors import ToolkitError
 from torchstack.metadata import stage_labels
 from torchstack.plan import RELEASE_STAGE, Plan, StagePlan
@@ -184,4 +184,6 @@ def _build_stage(
         stage.name,
         log_path,
         [cache] if cache else None,
+        timestamp=reproducible.FILE_EPOCH,  # on Podman: its files' times and date, as BuildKit's (reproducible.py)
+        step_environment=reproducible.STEP_ENVIRONMENT,
     )

@@ -11,13 +11,15 @@ import subprocess
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import docker
 import docker.errors
 
+from torchstack import oci_build
+from torchstack.connection import kind_of
 from torchstack.errors import BuildFailed
 
 # Docker's legacy builder says "Step 3/9 : RUN ..." and "---> Using cache"; Podman's (buildah) says
@@ -27,6 +29,7 @@ _USING_CACHE = re.compile(r"^-{2,3}> Using cache\b")
 # BuildKit's plain progress: "#7 [build 3/9] RUN ..." and "#7 CACHED".
 _BUILDKIT_STEP = re.compile(r"^#(\d+) \[([^\]]*?)\s*(\d+)/(\d+)\] (.*)$")
 _BUILDKIT_CACHED = re.compile(r"^#(\d+) CACHED$")
+_IMAGE_ID = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass
@@ -61,6 +64,8 @@ def build_image(
     stage: str,
     log_path: Path,
     cache_from: list[str] | None = None,
+    timestamp: int | None = None,
+    step_environment: Mapping[str, str] = {},
 ) -> BuildResult:
     """Build one image with the engine's streaming (legacy) builder; tag it only if it succeeds.
 
@@ -68,9 +73,44 @@ def build_image(
     tag behind, and every finished step stays in the engine's cache for the next run.
     `cache_from`: images here (pulled from a registry, or the engine's own) whose steps the engine
     may reuse, step by step, where they match; given any, the engine takes its own cache only
-    where a source descends from it.
+    where a source descends from it. `timestamp`: on Podman, the image's date and every file's
+    time in its layers, its steps run with `step_environment` (the OCI format: oci_build.py);
+    Docker's legacy builder stamps the clock whatever is given.
     """
-    stream = client.api.build(
+    oci = timestamp is not None and kind_of(client.version()) == "podman"
+    if oci:
+        stream = oci_build.stream(client, context, platform, labels, nocache, timestamp, step_environment)
+    else:
+        stream = _legacy_stream(client, context, tag, platform, labels, nocache, cache_from)
+    image_id = None
+    steps = _Steps()
+    try:
+        for chunk in stream:
+            if "error" in chunk:
+                raise _failure(stage, progress, chunk.get("errorDetail", {}).get("message") or chunk["error"], log_path)
+            if "aux" in chunk and "ID" in chunk["aux"]:
+                image_id = chunk["aux"]["ID"]
+            for line in chunk.get("stream", "").splitlines():
+                if oci and _IMAGE_ID.fullmatch(line.strip()):  # Podman's endpoint ends with the ID it made, untagged
+                    image_id = f"sha256:{line.strip()}"
+                steps.read(line.strip(), progress)
+                log(line)  # after the progress, so that a new step is shown as it starts
+    finally:
+        stream.close()
+    steps.read_end(progress)
+    if oci and image_id is None:
+        raise _failure(stage, progress, "the engine's build ended without naming its image", log_path)
+    if image_id is None:
+        image_id = client.images.get(tag).id
+    if oci and tag:
+        client.api.tag(image_id, *docker.utils.parse_repository_tag(tag))
+    seconds = time.monotonic() - progress.started
+    return BuildResult(image_id=image_id, seconds=seconds, cached=steps.seen > 0 and not steps.ran, ran=tuple(steps.ran))
+
+
+def _legacy_stream(client, context: Path, tag, platform: str, labels, nocache: bool, cache_from) -> Iterator[dict]:
+    """The Docker API's build (Docker's legacy builder, Podman's buildah in the Docker format), decoded."""
+    return client.api.build(
         path=str(context),
         tag=tag,
         platform=platform,
@@ -83,24 +123,6 @@ def build_image(
         cache_from=cache_from or None,
         decode=True,
     )
-    image_id = None
-    steps = _Steps()
-    try:
-        for chunk in stream:
-            if "error" in chunk:
-                raise _failure(stage, progress, chunk.get("errorDetail", {}).get("message") or chunk["error"], log_path)
-            if "aux" in chunk and "ID" in chunk["aux"]:
-                image_id = chunk["aux"]["ID"]
-            for line in chunk.get("stream", "").splitlines():
-                steps.read(line.strip(), progress)
-                log(line)  # after the progress, so that a new step is shown as it starts
-    finally:
-        stream.close()
-    steps.read_end(progress)
-    if image_id is None:
-        image_id = client.images.get(tag).id
-    seconds = time.monotonic() - progress.started
-    return BuildResult(image_id=image_id, seconds=seconds, cached=steps.seen > 0 and not steps.ran, ran=tuple(steps.ran))
 
 
 @dataclass
@@ -116,7 +138,7 @@ class _Steps:
         if match:
             if not self.step_cached:
                 self.ran.append(progress.instruction)
-            progress.step, progress.steps, progress.instruction = int(match[1]), int(match[2]), match[3]
+            progress.step, progress.steps, progress.instruction = int(match[1]), int(match[2]), oci_build.as_written(match[3])
             self.step_cached = match[3].upper().startswith("FROM")
             self.seen += 1
         elif _USING_CACHE.match(line):

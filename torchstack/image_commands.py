@@ -186,7 +186,8 @@ def verify_command(catalog: Catalog) -> click.Command:
         if rebuild:
             from torchstack import rebuild as rebuilding
 
-            given = [*(["--torch-wheel", torch_wheel] if torch_wheel else []), *(["--ca-bundle", str(ca_bundle)] if ca_bundle else [])]
+            passed = {"--torch-wheel": torch_wheel, "--ca-bundle": ca_bundle, "--engine": chosen.kind}  # the build runs on this engine
+            given = [word for option, value in passed.items() if value for word in (option, str(value))]
             same = rebuilding.verify(client, catalog, reference, given, json_file, lambda line: click.echo(line, err=True))
             click.echo(f"torchstack: reproduced {reference}: built again from what it records, it is the same image", err=True)
             click.echo(same)

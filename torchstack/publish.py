@@ -279,7 +279,7 @@ def join_architectures(
 
 def _refuse_unreadable(source: str) -> None:
     """Docker 20.10's CLI answers "no such manifest" for an image the registry holds as OCI (as
-    --compression zstd pushes it): refused in one line naming a way that reads it."""
+    Podman builds it and --compression zstd pushes it): refused in one line naming a way that reads it."""
     try:
         reference = registry.parse(source)
         _, manifest = registry.Registry(reference.host).manifest(reference)
@@ -287,7 +287,7 @@ def _refuse_unreadable(source: str) -> None:
         return
     if manifest.get("mediaType", "").startswith("application/vnd.oci."):
         raise UsageProblem(
-            f"{source} is an OCI image (as --compression zstd pushes it), which this Docker CLI cannot read "
+            f"{source} is an OCI image (as Podman builds it and --compression zstd pushes it), which this Docker CLI cannot read "
             "(Docker 20.10's cannot; a current one can): join it with --engine podman, or a current Docker CLI"
         )
 

@@ -105,6 +105,10 @@ def arguments(catalog: Catalog, info: dict, labels: dict[str, str]) -> list[str]
             args += ["--source-version", f"{name}={component['version']}"]
     suites = [line.split() for line in info.get("apt_sources", [])]  # deb URL SUITE main
     if not suites:
+        if not labels.get(BASE_NAME_LABEL):
+            raise UsageProblem(
+                f"it records neither Debian suites nor the image it was built on ({BASE_NAME_LABEL}): nothing to build it from"
+            )
         return [*args, "--base-image", labels[BASE_NAME_LABEL]]
     args += ["--debian-mirror", suites[0][1]]
     security = [url for _, url, suite, *_ in suites if suite.endswith("-security")]

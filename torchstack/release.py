@@ -15,7 +15,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 import docker.errors
@@ -46,7 +46,7 @@ def refresh(client, plan: Plan, image: str, context: Path, log_path: Path, note)
         raise ToolkitError(f"the Debian suites could not be read to bring the image up to date ({exc}); no tag was applied") from None
     with _buildable(client, plan, found.id) as base:
         refresh_context(plan, base, [f"{u.package}={u.available}" for u in upgrades], context)
-        result = _build_layer(client, plan, context, {}, "refresh", log_path)
+        result = _build_layer(client, plan, context, {}, "refresh", log_path, reproducible.FILE_EPOCH)
     if upgrades:
         note(
             f"torchstack: {archive.describe(upgrades, 'its suites')}: upgraded in the image's last layer"
@@ -71,15 +71,29 @@ def _buildable(client, plan: Plan, image_id: str) -> Iterator[str]:
             client.images.remove(name, noprune=True)
 
 
-def _build_layer(client, plan: Plan, context: Path, labels: dict[str, str], stage: str, log_path: Path) -> engine.BuildResult:
+def _build_layer(client, plan: Plan, context: Path, labels: dict[str, str], stage: str, log_path: Path, dated: int) -> engine.BuildResult:
     """One layer on an image of this engine (the context's Dockerfile names it, _buildable), untagged: by
-    BuildKit with the plan's SOURCE_DATE_EPOCH where the stages were, else by the engine's API."""
+    BuildKit with the plan's SOURCE_DATE_EPOCH where the stages were, else by the engine's API (Podman's:
+    `dated`, its files' times too; the refresh's is FILE_EPOCH, as the stages', which its cache ignores)."""
     progress = engine.BuildProgress()
     if plan.builder == "buildx":
         return engine.build_image_buildx(
             context, None, plan.platform, labels, False, {}, lambda line: None, progress, stage, log_path, epoch=plan.source_date_epoch
         )
-    return engine.build_image(client, context, None, plan.platform, labels, False, lambda line: None, progress, stage, log_path)
+    return engine.build_image(
+        client,
+        context,
+        None,
+        plan.platform,
+        labels,
+        False,
+        lambda line: None,
+        progress,
+        stage,
+        log_path,
+        timestamp=dated,
+        step_environment=reproducible.STEP_ENVIRONMENT,
+    )
 
 
 def gate(client, plan: Plan, image: str) -> str:
@@ -123,15 +137,14 @@ def add_records(client, plan: Plan, image: str, context: Path, log_path: Path, n
     image's ID, untagged until its checks pass, and the SBOM's copy next to the build log. Made
     once per image ID; the layer comes from the engine's cache when nothing changed."""
     found = client.images.get(image)
-    # "-2": the SBOM no longer names the engine's repository; records read before are read again.
-    cached = sources.state_dir() / "sbom" / f"{found.id.removeprefix('sha256:')}-records-2.json"
+    # Dated by the plan: an image ID of Podman's, dated FILE_EPOCH, is made for many SOURCE_DATE_EPOCHs.
+    cached = sources.state_dir() / "sbom" / f"{found.id.removeprefix('sha256:')}-{plan.source_date_epoch}-records.json"
     if cached.is_file():
         info, text, content = json.loads(cached.read_text()).values()
     else:
         inventory = sbom.inventory(client, found.id, plan.platform)
         info = confirmed(json.loads(found.labels[sbom.BUILD_INFO_LABEL]), inventory)
-        created = datetime.fromisoformat(re.sub(r"(\.\d{6})\d+", r"\1", found.attrs["Created"]).replace("Z", "+00:00"))
-        text = sbom.document(inventory, info, created)
+        text = sbom.document(inventory, info, datetime.fromtimestamp(plan.source_date_epoch, timezone.utc))
         content = "sha256:" + hashlib.sha256(json.dumps({"info": info, "inventory": inventory}, sort_keys=True).encode()).hexdigest()
         sbom.write(json.dumps({"info": info, "sbom": text, "content": content}), cached)
     described = sbom.summary(text)
@@ -143,7 +156,7 @@ def add_records(client, plan: Plan, image: str, context: Path, log_path: Path, n
     with _buildable(client, plan, found.id) as base:
         (context / "Dockerfile").write_text(records_dockerfile(plan, base, sbom.SBOM))
         reproducible.set_times(context)
-        result = _build_layer(client, plan, context, labels, "sbom", log_path)
+        result = _build_layer(client, plan, context, labels, "sbom", log_path, plan.source_date_epoch)
     path = sbom.write(text, log_path.with_suffix(".sbom.cdx.json"))
     note(
         f"torchstack: SBOM ({described['format']}: {described['python_packages']} Python packages, "

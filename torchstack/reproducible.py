@@ -22,18 +22,21 @@ RELEASED = 1795305600  # 2026-11-22: torchstack 0.1.0 (r26.11), for an installed
 # inputs' SOURCE_DATE_EPOCH: the clamp is part of each step's command, and a date that moved with
 # every toolkit revision or archive state would make every compiled layer be built again.
 FILE_EPOCH = 1704067200  # 2024-01-01
+# Every step's environment, on every engine: compilers' __DATE__, useradd's password date and
+# Python's byte code (checked by the source's hash, not its time, so that the files' clamped times
+# leave it valid) take FILE_EPOCH; Python's string hashing is fixed (the order of sets it writes).
+STEP_ENVIRONMENT = {"SOURCE_DATE_EPOCH": str(FILE_EPOCH), "PYTHONHASHSEED": "0"}
 
 
 def clamping_shell() -> str:
-    """A step's command as BuildKit's SHELL runs it (the command is $1), with SOURCE_DATE_EPOCH
-    set to FILE_EPOCH (compilers' __DATE__, useradd's password date, Python's byte code: checked
-    by the source's hash, not its time, so that the clamp below leaves it valid) and Python's
-    string hashing fixed (the order of sets it writes); then every file newer than FILE_EPOCH on
-    the step's own file system gets that time. The engine's mounts (/proc, /sys, secrets, caches,
-    /etc/hosts) are no part of the layer: they are left out by the mount table."""
+    """A step's command as BuildKit's SHELL runs it (the command is $1), in STEP_ENVIRONMENT; then
+    every file newer than FILE_EPOCH on the step's own file system gets that time. The engine's
+    mounts (/proc, /sys, secrets, caches, /etc/hosts) are no part of the layer: they are left out
+    by the mount table."""
     mounts = """$(awk '$5 != "/" { printf "! -path %s ", $5 }' /proc/self/mountinfo)"""
+    environment = " ".join(f"{name}={value}" for name, value in STEP_ENVIRONMENT.items())
     return (
-        f'SOURCE_DATE_EPOCH={FILE_EPOCH} PYTHONHASHSEED=0 /bin/bash -o pipefail -c "$1" '
+        f'{environment} /bin/bash -o pipefail -c "$1" '
         f"&& find / -xdev -newermt @{FILE_EPOCH} {mounts}-exec touch --no-dereference --date=@{FILE_EPOCH} {{}} +"
     )
 
@@ -63,8 +66,9 @@ def described(epoch: int) -> str:
 def not_reproducible(kind: str, builder: str, current_docker: bool) -> str | None:
     """Why this engine's builds cannot be made again bit for bit; None where they can. BuildKit
     of Docker 23 and later (`current_docker`) takes SOURCE_DATE_EPOCH for the image's dates and
-    the Dockerfiles clamp the files' times; Docker's legacy builder, and the BuildKit of older
-    Docker releases, stamp the clock on every image they make."""
+    the Dockerfiles clamp the files' times; Podman builds in the OCI format, every date given
+    (engine.build_image's timestamp). Docker's legacy builder, and the BuildKit of older Docker
+    releases, stamp the clock on every image they make."""
     if kind == "docker" and builder == "buildx" and not current_docker:
         return (
             "this Docker release's BuildKit predates SOURCE_DATE_EPOCH (Docker 23 and later have it): "
@@ -75,8 +79,6 @@ def not_reproducible(kind: str, builder: str, current_docker: bool) -> str | Non
             "Docker's legacy builder stamps the build's clock on every image: two builds of one request differ "
             "(BuildKit, the default builder of Docker 23 and later, does not)"
         )
-    if kind == "podman":
-        return "Podman's build API is not given SOURCE_DATE_EPOCH yet: it stamps the build's clock on every image"
     return None
 
 

@@ -30,7 +30,7 @@ import pytest
 
 from tests import session
 from tests.conftest import build_plugin_wheels
-from tests.engine.hosts import COSIGN_KEYS, CURRENT_ENGINE, PODMAN, REBUILD_ENGINE, REGISTRY, SECOND_ENGINE, Resource
+from tests.engine.hosts import COSIGN_KEYS, CURRENT_ENGINE, PODMAN, REBUILD_ENGINE, REGISTRY, SECOND_ENGINE, Resource, podman_engine
 from torchstack.model import ROOT, load_catalog
 from torchstack.plan import Request
 from torchstack.planner import make_plan
@@ -384,6 +384,26 @@ def _moved_to_rebuild_engine() -> str:
     return image
 
 
+def _podman_stages_twice() -> list[dict]:
+    """The README's request up to its libs stage (the OS image and the stages before the numpy compile),
+    built on two empty Podman engines one after the other, each with a state folder of its own: two
+    hosts' clocks and caches. Their summaries."""
+    summaries = []
+    for _ in range(2):
+        folder = Path(tempfile.mkdtemp(prefix="torchstack-podman-twice-"))
+        try:
+            with podman_engine(REGISTRY.get()) as env:
+                summary = folder / "summary.json"
+                args = ["--engine", "podman", *X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--build-type", "libs", "--no-test"]
+                made = run_build_py(*args, "--json", str(summary), env={**env, "TORCHSTACK_CACHE": str(folder / "state")})
+                if made.returncode != 0:
+                    raise RuntimeError(f"the Podman build failed: {made.stdout[-2000:]}{made.stderr[-2000:]}")
+                summaries.append(json.loads(summary.read_text()))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    return summaries
+
+
 def _rebuild_inputs(build: Build, folder: Path) -> list[str]:
     """`verify IMAGE --rebuild` on the engine the image was moved to, with a state folder of its own."""
     build.env = {"DOCKER_HOST": REBUILD_ENGINE.get(), "TORCHSTACK_CACHE": str(folder / "state")}
@@ -472,6 +492,9 @@ IMAGES = Scheduler(
         "arm64_build": Build([*ARM64_ARGS, "--quiet"], after=("arm64_os",)),
         # The emulated arm64 image pushed and signed: a no-op rebuild, then the push.
         "arm64_pushed": Build([*ARM64_ARGS, "--quiet"], after=("arm64_build",), prepare=_arm64_push_inputs, recheck=False),
+        # The OS image and the stages before the numpy compile, twice, on two empty Podman engines
+        # (test_reproducible.py): a minute's work each.
+        "podman_stages_twice": Call(_podman_stages_twice, lambda summaries: None, after=("x86_build",)),
     },
     slots=os.cpu_count() or 1,
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from torchstack.engine import BuildProgress, build_image
+from torchstack.oci_build import oci_dockerfile
 
 
 class FakeAPI:
@@ -60,3 +61,13 @@ def test_the_steps_that_ran_are_named_and_cached_ones_are_not():
 def test_a_build_whose_every_step_came_from_the_cache_is_cached():
     result = build(stream(("FROM base", False), ("RUN a", True), ("RUN b", True)))
     assert result.ran == () and result.cached and result.image_id == "sha256:feed"
+
+
+def test_a_step_given_to_bash_for_podman_is_named_as_the_template_wrote_it():
+    """Podman's OCI builds run each step as bash's in exec form (oci_build.py): buildah's STEP line
+    shows that form, and the summary's `ran` (and a failure's message) the step as written."""
+    step = oci_dockerfile('FROM base\nRUN apt-get update \\\n && echo "done"\n', {}).splitlines()[1]
+    assert step.startswith('RUN ["/bin/bash", "-o", "pipefail", "-c", ')
+    chunks = [{"stream": "STEP 1/2: FROM base\n"}, {"stream": f"STEP 2/2: {step}\n"}, {"stream": "--> 0123456789a\n"}]
+    result = build([*chunks, {"aux": {"ID": "sha256:feed"}}])
+    assert result.ran == ('RUN apt-get update  && echo "done"',)

@@ -49,6 +49,10 @@ def test_what_cannot_be_built_again_is_one_line(catalog):
     info = {"requirements": {"sha256": "0" * 64}, "target": "generic", "arch": "x86_64"}
     with pytest.raises(UsageProblem, match="--requirements"):
         rebuild.arguments(catalog, info, {})
+    on_a_base_image = {"target": "generic", "arch": "x86_64", "backend": "onednn", "distribution": "bookworm", "release": "r26.11"}
+    on_a_base_image |= {"runtime": "full", "components": {}, "apt_sources": []}
+    with pytest.raises(UsageProblem, match="neither Debian suites nor the image it was built on"):
+        rebuild.arguments(catalog, on_a_base_image, {})
 
 
 def test_the_images_date_is_its_source_date_epoch():

@@ -1,5 +1,6 @@
 """Every valid backend x target x stage renders, parses, and passes hadolint; scripts pass shellcheck."""
 
+import io
 import itertools
 import json
 import re
@@ -13,7 +14,9 @@ from dockerfile_parse import DockerfileParser
 from tests.conftest import dev_tool
 from torchstack.errors import UsageProblem
 from torchstack.model import ROOT
+from torchstack.oci_build import oci_dockerfile
 from torchstack.render import NO_SECRETS, SCRIPTS, BuildSecrets, assemble_context, render_dockerfile
+from torchstack.reproducible import STEP_ENVIRONMENT
 
 # Rules we do not follow, each with its reason: .hadolint.yaml, which hadolint itself reads too.
 HADOLINT_IGNORED = yaml.safe_load((ROOT / ".hadolint.yaml").read_text())["ignored"]
@@ -228,3 +231,43 @@ def test_the_refresh_layer_keeps_the_suites_and_records_its_upgrades(plan_for, t
     assert linted.returncode == 0, linted.stdout + linted.stderr
     refresh_context(plan, "sha256:" + "0" * 64, [], tmp_path)
     assert "apt-get update" not in (tmp_path / "Dockerfile").read_text()
+
+
+def test_podman_runs_every_step_as_bash_in_exec_form(rendered):
+    """Podman builds reproducibly in the OCI format only, which keeps no SHELL: each shell-form step is
+    given to bash in exec form, word for word, each stage with the steps' environment as ARGs."""
+    bodies = []
+    for path in rendered:
+        text = path.read_text()
+        if '"step"]' in text:  # BuildKit's: its shell clamps the times, Podman never builds it
+            continue
+        steps = [i["value"] for i in DockerfileParser(path=str(path)).structure if i["instruction"] == "RUN"]
+        oci = DockerfileParser(fileobj=io.BytesIO(oci_dockerfile(text, STEP_ENVIRONMENT).encode()))
+        instructions = [(i["instruction"], i["value"]) for i in oci.structure if i["instruction"] != "COMMENT"]
+        assert "SHELL" not in [name for name, _ in instructions], path
+        froms = [n for n, (name, _) in enumerate(instructions) if name == "FROM"]
+        assert [instructions[n + 1 : n + 3] for n in froms] == [
+            [("ARG", "SOURCE_DATE_EPOCH=1704067200"), ("ARG", "PYTHONHASHSEED=0")]
+        ] * len(froms), path
+        run = [json.loads(value) for name, value in instructions if name == "RUN"]
+        assert [r[:4] for r in run] == [["/bin/bash", "-o", "pipefail", "-c"]] * len(steps), path
+        assert [" ".join(r[4].split()) for r in run] == [" ".join(s.split()) for s in steps], path
+        bodies.extend(r[4] for r in run)
+    script = "".join(f"step_{n}() {{\n{body}\n}}\n" for n, body in enumerate(bodies))
+    checked = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr[-2000:]
+
+
+def test_podman_gets_the_labels_word_for_word_in_order(plan_for):
+    """The labels go into the OCI Dockerfile's last step, sorted (Podman's endpoint would apply them in a
+    Go map's random order, a history that differs from build to build), each value as it was given."""
+    from torchstack.metadata import stage_labels
+
+    plan = plan_for(builder="docker")
+    labels = {**stage_labels(plan, plan.stage("final")), "z.odd": 'a "quoted" $HOME \\ café', "a.first": "1"}
+    text = oci_dockerfile(render_dockerfile(plan, plan.stage("final"), SECRETS), STEP_ENVIRONMENT, labels)
+    last = text.rstrip("\n").rsplit("\n", 1)[1]
+    assert last.startswith('LABEL "a.first"="1" ') and last.index('"io.torchstack.build-info"') < last.index('"z.odd"')
+    # Escaped as Docker's and buildah's word parser reads a double-quoted word: \\, \" and \$ (Podman 4.3 gave
+    # these labels back as they were given; dockerfile-parse does not unescape \\ and \$).
+    assert last.endswith('"z.odd"="a \\"quoted\\" \\$HOME \\\\ café"')

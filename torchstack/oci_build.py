@@ -1,0 +1,88 @@
+"""Podman's builds made reproducible: its own build endpoint, in the OCI format, with every date given."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import docker
+
+# Podman builds the same image twice only in the OCI format: the Docker format's configuration names
+# the build's container and its host name. The OCI format keeps no SHELL, and buildah then runs each
+# step with /bin/sh: the steps are given as bash's own, in exec form, in a Dockerfile of their own.
+OCI_FORMAT = "application/vnd.oci.image.manifest.v1+json"
+OCI_DOCKERFILE = "Dockerfile.oci"
+_BASH = ["/bin/bash", "-o", "pipefail", "-c"]
+_RUN = re.compile(r"RUN((?:\s+--\S+)*)\s+(.*)$", re.S)
+
+
+def stream(
+    client, context: Path, platform: str, labels, nocache: bool, timestamp: int, step_environment: Mapping[str, str]
+) -> Iterator[dict]:
+    """Podman's own build endpoint, in the OCI format, `timestamp` the image's date and every file's
+    time: the same steps on the same inputs give the same image. The build's output, decoded; the
+    image untagged (its endpoint names images otherwise than the Docker API does: the caller tags)."""
+    (context / OCI_DOCKERFILE).write_text(oci_dockerfile((context / "Dockerfile").read_text(), step_environment, labels))
+    params = {
+        "dockerfile": OCI_DOCKERFILE,
+        "platform": platform,
+        "nocache": nocache,
+        "rm": True,
+        "forcerm": True,
+        "pull": False,
+        "networkmode": "host",
+        "layers": True,  # a layer and a cached image per step, as the Docker API's build makes
+        "timestamp": timestamp,
+        "outputformat": OCI_FORMAT,
+    }
+    with docker.utils.tar(str(context), gzip=False) as archive:
+        headers = {"Content-Type": "application/x-tar"}
+        response = client.api._post(
+            client.api._url("/libpod/build"), params=params, data=archive, headers=headers, stream=True, timeout=None
+        )
+    client.api._raise_for_status(response)
+    return client.api._stream_helper(response, decode=True)
+
+
+def oci_dockerfile(text: str, step_environment: Mapping[str, str], labels: Mapping[str, str] = {}) -> str:
+    """`text` for a build in the OCI format, which keeps no SHELL: each shell-form RUN as bash's in
+    exec form, `step_environment` as each stage's ARGs (its steps' environment, not the image's),
+    `labels` in a last step, in order (the endpoint's own labels come in the order of a Go map)."""
+    lines, out = iter(text.splitlines()), []
+    for line in lines:
+        instruction = line.split(" ", 1)[0].upper()
+        if instruction == "SHELL":
+            continue
+        if instruction != "RUN":
+            out.append(line)
+            out.extend(f"ARG {name}={value}" for name, value in step_environment.items() if instruction == "FROM")
+            continue
+        while line.endswith("\\"):
+            following = next(lines, None)
+            if following is None:
+                break
+            if following.strip() and not following.lstrip().startswith("#"):  # as Docker's parser, inside one instruction
+                line = line[:-1] + following
+        flags, command = _RUN.match(line).groups()
+        out.append(line if command.startswith("[") else f"RUN{flags} {json.dumps([*_BASH, command.strip()])}")
+    if labels:
+        out.append("LABEL " + " ".join(f"{_quoted(name)}={_quoted(value)}" for name, value in sorted(labels.items())))
+    return "\n".join(out) + "\n"
+
+
+def _quoted(text: str) -> str:
+    """`text` as one word of a Dockerfile, word for word: in double quotes, its \\, " and $ escaped."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
+    return f'"{escaped}"'
+
+
+def as_written(instruction: str) -> str:
+    """A step as the builder names it, a RUN given to bash by oci_dockerfile as the template wrote it
+    (the live view, the summary's `ran` and a failure's message read the same on every engine)."""
+    if instruction.startswith(f"RUN {json.dumps(_BASH)[:-1]}, "):
+        with contextlib.suppress(ValueError):
+            return f"RUN {json.loads(instruction[4:])[4]}"
+    return instruction
