@@ -12,10 +12,11 @@ import docker
 
 # Podman builds the same image twice only in the OCI format: the Docker format's configuration names
 # the build's container and its host name. The OCI format keeps no SHELL, and buildah then runs each
-# step with /bin/sh: the steps are given as bash's own, in exec form, in a Dockerfile of their own.
+# step with /bin/sh: each step is given to the shell the Dockerfile names, in exec form, in a
+# Dockerfile of their own.
 OCI_FORMAT = "application/vnd.oci.image.manifest.v1+json"
 OCI_DOCKERFILE = "Dockerfile.oci"
-_BASH = ["/bin/bash", "-o", "pipefail", "-c"]
+_BASH = ["/bin/bash", "-o", "pipefail", "-c"]  # every stage's SHELL (templates/_common.j2's preamble)
 _RUN = re.compile(r"RUN((?:\s+--\S+)*)\s+(.*)$", re.S)
 
 
@@ -48,13 +49,15 @@ def stream(
 
 
 def oci_dockerfile(text: str, step_environment: Mapping[str, str], labels: Mapping[str, str] = {}) -> str:
-    """`text` for a build in the OCI format, which keeps no SHELL: each shell-form RUN as bash's in
-    exec form, `step_environment` as each stage's ARGs (its steps' environment, not the image's),
-    `labels` in a last step, in order (the endpoint's own labels come in the order of a Go map)."""
-    lines, out = iter(text.splitlines()), []
+    """`text` for a build in the OCI format, which keeps no SHELL: each shell-form RUN in exec form, given
+    to the shell the last SHELL named (bash's, where none did), `step_environment` as each stage's ARGs
+    (its steps' environment, not the image's), `labels` in a last step, in order (the endpoint's own
+    labels come in the order of a Go map)."""
+    lines, out, shell = iter(text.splitlines()), [], _BASH
     for line in lines:
         instruction = line.split(" ", 1)[0].upper()
         if instruction == "SHELL":
+            shell = json.loads(line.split(" ", 1)[1])  # the JSON form, the only one SHELL takes
             continue
         if instruction != "RUN":
             out.append(line)
@@ -67,7 +70,7 @@ def oci_dockerfile(text: str, step_environment: Mapping[str, str], labels: Mappi
             if following.strip() and not following.lstrip().startswith("#"):  # as Docker's parser, inside one instruction
                 line = line[:-1] + following
         flags, command = _RUN.match(line).groups()
-        out.append(line if command.startswith("[") else f"RUN{flags} {json.dumps([*_BASH, command.strip()])}")
+        out.append(line if command.startswith("[") else f"RUN{flags} {json.dumps([*shell, command.strip()])}")
     if labels:
         out.append("LABEL " + " ".join(f"{_quoted(name)}={_quoted(value)}" for name, value in sorted(labels.items())))
     return "\n".join(out) + "\n"

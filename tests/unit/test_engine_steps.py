@@ -71,3 +71,8 @@ def test_a_step_given_to_bash_for_podman_is_named_as_the_template_wrote_it():
     chunks = [{"stream": "STEP 1/2: FROM base\n"}, {"stream": f"STEP 2/2: {step}\n"}, {"stream": "--> 0123456789a\n"}]
     result = build([*chunks, {"aux": {"ID": "sha256:feed"}}])
     assert result.ran == ('RUN apt-get update  && echo "done"',)
+
+
+def test_a_step_for_podman_is_given_to_the_shell_the_dockerfile_names():
+    text = oci_dockerfile('FROM base\nRUN a | b\nSHELL ["/bin/sh", "-c"]\nRUN c\n', {})
+    assert text.splitlines()[1:] == ['RUN ["/bin/bash", "-o", "pipefail", "-c", "a | b"]', 'RUN ["/bin/sh", "-c", "c"]']
