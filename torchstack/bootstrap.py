@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -75,6 +76,7 @@ def _mmdebstrap(plan: Plan, rootfs: Path) -> None:
         # apt's own cleanup would make its lists' lock again: this hook cleans instead, as each stage's steps do.
         "--skip=cleanup/apt",
         "--customize-hook=rm -rf " + " ".join(f'"$1"{path}' for path in (*APT_LEFTOVERS, *APT_CACHE)),
+        *_trusting(plan, rootfs.parent),
         plan.distribution.name,
         str(rootfs),
         *(suite.line for suite in plan.apt.suites),
@@ -83,6 +85,17 @@ def _mmdebstrap(plan: Plan, rootfs: Path) -> None:
     if result.returncode != 0:
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
         raise ToolkitError(f"mmdebstrap {plan.distribution.name} {plan.arch.debian} failed: {last}")
+
+
+def _trusting(plan: Plan, work: Path) -> tuple[str, ...]:
+    """mmdebstrap's hooks that leave the site's key (--archive-keyring) where apt in the image reads it:
+    mmdebstrap's own --keyring serves its bootstrap alone, and every stage's apt-get update needs the key."""
+    name = plan.apt.keyring_name
+    if not name:
+        return ()
+    shutil.copyfile(plan.apt.keyring, work / name)  # a path without spaces: mmdebstrap's upload splits on them
+    inside = f"/etc/apt/trusted.gpg.d/{name}"
+    return (f"--customize-hook=upload {work / name} {inside}", f'--customize-hook=chmod 644 "$1{inside}"')
 
 
 def _load(client: docker.DockerClient, plan: Plan, work: Path) -> None:

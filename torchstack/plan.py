@@ -78,6 +78,13 @@ class AptSources:
         return tuple(s for s in self.suites if s.kind == "security")
 
     @property
+    def keyring_name(self) -> str | None:
+        """The site's key as the images trust it, in /etc/apt/trusted.gpg.d (apt reads ASCII armour by its .asc)."""
+        if not self.keyring:
+            return None
+        return f"torchstack-archive{'.asc' if self.keyring.read_bytes().lstrip().startswith(b'-----BEGIN') else '.gpg'}"
+
+    @property
     def updates(self) -> bool:
         """Whether the build takes the -updates and -security suites (not with --no-security-updates)."""
         return bool(self.security)

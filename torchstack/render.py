@@ -111,9 +111,8 @@ def refresh_context(plan: Plan, image: str, upgrades: list[str], dest: Path) -> 
     plan's suites: the apt sources it keeps, the site's key, each upgrade as PACKAGE=VERSION."""
     (dest / "apt").mkdir(parents=True, exist_ok=True)
     (dest / "apt" / "sources.list").write_text(plan.apt.sources_list())
-    keyring = None
-    if plan.apt.keyring:
-        keyring = f"torchstack-archive{'.asc' if plan.apt.keyring.read_bytes().lstrip().startswith(b'-----BEGIN') else '.gpg'}"
+    keyring = plan.apt.keyring_name
+    if keyring:
         shutil.copyfile(plan.apt.keyring, dest / "apt" / keyring)
     (dest / "apt" / "apt-upgrades.txt").write_text("".join(f"{line}\n" for line in upgrades))
     template = _environment().get_template("refresh.Dockerfile.j2")
