@@ -12,7 +12,9 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import urllib.error
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 
 
@@ -36,8 +38,9 @@ class LocalArchive:
         command = ["gpg", "--batch", "--quiet", "--homedir", str(self.home), "--pinentry-mode", "loopback", "--passphrase", "", *args]
         return subprocess.run(command, check=True, capture_output=True).stdout
 
-    def publish(self, suite: str, arch: str, debs: list[Path] = ()) -> None:
-        """The suite's main for `arch` holds exactly `debs`, with a newly signed InRelease."""
+    def publish(self, suite: str, arch: str, debs: list[Path] = (), valid_until: datetime | None = None) -> None:
+        """The suite's main for `arch` holds exactly `debs`, with a newly signed InRelease (valid until
+        `valid_until`, as a snapshot's Release files long since are not)."""
         pool = self.root / "pool" / suite
         pool.mkdir(parents=True, exist_ok=True)
         stanzas = []
@@ -57,7 +60,9 @@ class LocalArchive:
         )
         release = (
             f"Origin: torchstack-test\nLabel: torchstack-test\nSuite: {suite}\nCodename: {suite}\n"
-            f"Date: {email.utils.formatdate(usegmt=True)}\nArchitectures: {arch}\nComponents: main\nSHA256:\n{sums}"
+            f"Date: {email.utils.formatdate(usegmt=True)}\nArchitectures: {arch}\nComponents: main\n"
+            + (f"Valid-Until: {email.utils.format_datetime(valid_until, usegmt=True)}\n" if valid_until else "")
+            + f"SHA256:\n{sums}"
         )
         dists = self.root / "dists" / suite
         (dists / "Release").write_text(release)
@@ -76,6 +81,66 @@ class LocalArchive:
         # The agent gpg started for the signing key ends with the archive.
         subprocess.run(["gpgconf", "--homedir", str(self.home), "--kill", "gpg-agent"], capture_output=True)
         shutil.rmtree(self.home, ignore_errors=True)
+
+
+class SnapshotArchive:
+    """Debian's snapshot archive as a site's copy of it answers, on loopback, for one time only (any
+    other answers 404): its main archive's paths passed through to `mirror`, a real Debian mirror;
+    its security archive's served from `security`, a LocalArchive whose suites the test signs. `asked`
+    holds the paths asked for."""
+
+    def __init__(self, timestamp: str, mirror: str, security: LocalArchive):
+        self.timestamp, self.mirror, self.security = timestamp, mirror.rstrip("/"), security
+        self.asked: list[str] = []
+
+    def answer(self, path: str) -> tuple[int, object]:
+        """The HTTP status and an open file (or None) for `path`."""
+        self.asked.append(path)
+        for archive, where in (("debian", None), ("debian-security", self.security.root)):
+            prefix = f"/archive/{archive}/{self.timestamp}/"
+            if not path.startswith(prefix):
+                continue
+            rest = path.removeprefix(prefix)
+            if where is None:
+                try:
+                    return 200, urllib.request.urlopen(f"{self.mirror}/{rest}", timeout=120)
+                except urllib.error.HTTPError as exc:
+                    return exc.code, None
+            found = (where / rest).resolve()
+            return (200, found.open("rb")) if found.is_file() and found.is_relative_to(where.resolve()) else (404, None)
+        return 404, None
+
+    def __enter__(self) -> SnapshotArchive:
+        handler = functools.partial(_Relay, self)
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class _Relay(http.server.BaseHTTPRequestHandler):
+    def __init__(self, archive: SnapshotArchive, *args, **kwargs):
+        self.archive = archive
+        super().__init__(*args, **kwargs)
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        status, body = self.archive.answer(self.path.split("?", 1)[0])
+        if body is None:
+            self.send_error(status)
+            return
+        with body:
+            data = body.read()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args) -> None:
+        pass
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):

@@ -159,6 +159,8 @@ def require_suites(apt: AptSources) -> list[dict]:
             found.append(suite_state(suite, apt.keyring))
         except ArchiveUnreachable as exc:
             option = "--security-mirror" if suite.kind == "security" else "--debian-mirror"
+            if apt.snapshot:
+                option = f"--debian-snapshot {apt.snapshot.timestamp}:"
             instead = (
                 "; or --no-security-updates to build without them, named in the image's tag and labels" if suite.kind != "release" else ""
             )

@@ -240,6 +240,8 @@ def _bootstrap_command(catalog: Catalog) -> click.Command:
                 security_mirror=archive["security_mirror"],
                 security_updates=not archive["no_security_updates"],
                 archive_keyring=archive["archive_keyring"],
+                debian_snapshot=archive["debian_snapshot"],
+                snapshot_archive=archive["snapshot_archive"],
             ),
         )
         prerequisites.require(plan, bootstrap=True)

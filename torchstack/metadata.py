@@ -6,11 +6,12 @@ import functools
 import hashlib
 import json
 import subprocess
+from datetime import datetime, timezone
 
 from torchstack import __version__, tags
 from torchstack.layout import VENV
 from torchstack.model import CHECKOUT, PACKAGE, PATCHES, SCRIPTS, TEMPLATES, Catalog
-from torchstack.plan import RELEASE_STAGE, Plan, Request, StagePlan
+from torchstack.plan import RELEASE_STAGE, Plan, Request, Snapshot, StagePlan
 from torchstack.selection import RUNTIMES, Selection
 from torchstack.wheels import complex_dot_defect
 
@@ -33,6 +34,8 @@ def tag_variants(catalog: Catalog, selection: Selection, request: Request) -> tu
         variants.append(selection.runtime)
     if not request.security_updates:
         variants.append("no-security-updates")
+    if request.debian_snapshot:
+        variants.append("debian-" + Snapshot.timestamp_of(request.debian_snapshot, request.now or datetime.now(timezone.utc)))
     variants += [f"{name}.{method}" for name, method in selection.methods.items() if method != "source"]
     variants += [
         f"{name}-{tags.tag_safe(version)}"
@@ -92,8 +95,18 @@ def build_info(plan: Plan) -> dict:
         "toolkit": toolkit_revision(),
         # The Debian suites its packages come from (sources.list lines); the release alone with --no-security-updates.
         "apt_sources": [suite.line for suite in plan.apt.suites] if plan.base_is_bootstrapped else [],
+        # --debian-snapshot: that state of the archive, and the live suites the release image's apt sources name.
+        **({"debian_snapshot": _snapshot(plan)} if plan.apt.snapshot else {}),
         # Known wrong in a prebuilt torch: the build warns, and the checks expect exactly that.
         "torch_defects": torch_defects(plan),
+    }
+
+
+def _snapshot(plan: Plan) -> dict:
+    return {
+        "timestamp": plan.apt.snapshot.timestamp,
+        "archive": plan.apt.snapshot.archive,
+        "image_apt_sources": [suite.line for suite in plan.apt.kept],
     }
 
 

@@ -61,6 +61,19 @@ def archive_options(func):
         "release gate; the tag and labels say so.",
     )
     @click.option(
+        "--debian-snapshot",
+        metavar="TIME",
+        help="Build from Debian's archive as it was at TIME (UTC: 20261101T000000Z or 2026-11-01), as Debian's snapshot "
+        "archive serves it: the same request then installs the same packages. The release image's apt sources name "
+        "the live suites (--debian-mirror, --security-mirror, else Debian's).",
+    )
+    @click.option(
+        "--snapshot-archive",
+        metavar="URL",
+        help="Who serves --debian-snapshot: a site's copy of Debian's snapshot archive, the same paths "
+        "(URL/archive/debian/TIME, URL/archive/debian-security/TIME). Default: http://snapshot.debian.org.",
+    )
+    @click.option(
         "--archive-keyring",
         type=click.Path(exists=True, dir_okay=False, path_type=Path),
         metavar="FILE",
@@ -339,6 +352,8 @@ def request_from(options: dict) -> Request:
         security_mirror=options.get("security_mirror"),
         security_updates=not options.get("no_security_updates"),
         archive_keyring=options.get("archive_keyring"),
+        debian_snapshot=options.get("debian_snapshot"),
+        snapshot_archive=options.get("snapshot_archive"),
     )
 
 

@@ -125,7 +125,12 @@ def _say_first(view: BuildView, plan: Plan, run: RunOptions, chosen, notes: list
         view.note(f"torchstack: warning: --base-image {plan.base_image}: its apt sources are its own; no security refresh or gate")
     elif plan.apt.updates:
         view.note("torchstack: Debian suites " + ", ".join(f"{s.name} ({s.url})" for s in plan.apt.suites))
-    else:
+    if plan.apt.snapshot:
+        view.note(
+            f"torchstack: Debian's archive as it was at {plan.apt.snapshot.timestamp} (--debian-snapshot): no fix published "
+            "since is in the images" + ("; the release image's apt sources name the live suites" if plan.apt.updates else "")
+        )
+    if plan.base_is_bootstrapped and not plan.apt.updates:
         view.note(
             f"torchstack: warning: --no-security-updates: Debian {plan.distribution.name} as released, without its "
             "-updates and -security suites, and no release gate; the tag and labels say so"
@@ -245,6 +250,7 @@ def run_build(catalog: Catalog, settled: Settled) -> Plan:
     record = {  # what makes the build again (reproducible.py), with the OS image's ID once it is here
         "source_date_epoch": plan.source_date_epoch,
         "archive": archive.require_suites(plan.apt) if plan.base_is_bootstrapped else [],
+        "debian_snapshot": plan.apt.snapshot.timestamp if plan.apt.snapshot else None,
         "why_not": not_reproducible_on(chosen.kind, chosen.url, plan.builder),
     }
     cpu_notes = prerequisites.require_cpu_for_checks(plan, checks=not run.no_test)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from torchstack.component import HostRun, Source
@@ -50,6 +50,8 @@ class Request:
     security_mirror: str | None = None  # --security-mirror: the -security suite
     security_updates: bool = True  # False with --no-security-updates: the release suite alone
     archive_keyring: Path | None = None  # --archive-keyring: a site's key for its mirrors
+    debian_snapshot: str | None = None  # --debian-snapshot: a past state of Debian's archive, by its time
+    snapshot_archive: str | None = None  # --snapshot-archive: who serves it (default: Debian's snapshot archive)
 
 
 @dataclass(frozen=True)
@@ -59,11 +61,41 @@ class Suite:
     url: str
     name: str  # bookworm, bookworm-updates, bookworm-security
     kind: str  # release | updates | security
+    frozen: bool = False  # a past state (a snapshot): the date its Release file is valid until has passed
 
     @property
     def line(self) -> str:
         """The suite as a line of apt's sources.list."""
-        return f"deb {self.url} {self.name} main"
+        return f"deb {'[check-valid-until=no] ' if self.frozen else ''}{self.url} {self.name} main"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A state of Debian's archive by its time, as Debian's snapshot archive (or a site's copy of it) serves it."""
+
+    timestamp: str  # 20261101T000000Z, the snapshot archive's form
+    archive: str  # http://snapshot.debian.org, or a site's copy
+
+    @staticmethod
+    def timestamp_of(given: str, now: datetime) -> str:
+        """--debian-snapshot in the snapshot archive's form (20261101T000000Z), from that form or an
+        ISO 8601 date or time in UTC (2026-11-01, 2026-11-01T12:00:00Z); never one still to come."""
+        text = given.strip().removesuffix("Z").removesuffix("+00:00")
+        for form in ("%Y%m%dT%H%M%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d", "%Y%m%d"):
+            try:
+                when = datetime.strptime(text, form).replace(tzinfo=timezone.utc)
+                break
+            except ValueError:
+                continue
+        else:
+            raise UsageProblem(f"--debian-snapshot {given}: not a time in UTC (20261101T000000Z or 2026-11-01)")
+        if when > now:
+            raise UsageProblem(f"--debian-snapshot {given}: still to come, so the archive's state could change under it")
+        return f"{when:%Y%m%dT%H%M%S}Z"
+
+    def url(self, kind: str) -> str:
+        """Where the suites of `kind` were at that time: Debian's main archive, or its security archive."""
+        return f"{self.archive}/archive/{'debian-security' if kind == 'security' else 'debian'}/{self.timestamp}"
 
 
 @dataclass(frozen=True)
@@ -72,6 +104,8 @@ class AptSources:
 
     suites: tuple[Suite, ...]
     keyring: Path | None = None
+    snapshot: Snapshot | None = None  # --debian-snapshot: the suites are its
+    kept: tuple[Suite, ...] = ()  # the live suites a snapshot's release image names instead (Debian's own images do)
 
     @property
     def security(self) -> tuple[Suite, ...]:
@@ -91,6 +125,12 @@ class AptSources:
 
     def sources_list(self) -> str:
         return "".join(f"{s.line}\n" for s in self.suites)
+
+    def kept_sources_list(self) -> str:
+        """What the release image's apt sources name where its suites were a snapshot's: the live
+        suites, so that an image built on it takes the fixes published since; the snapshot in comments."""
+        built = "".join(f"# {s.line}\n" for s in self.suites)
+        return f"# Built from Debian's archive as it was at {self.snapshot.timestamp}:\n{built}" + "".join(f"{s.line}\n" for s in self.kept)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from torchstack.plan import (
     Plan,
     Request,
     ShippedLibraries,
+    Snapshot,
     StagePlan,
     Suite,
 )
@@ -27,6 +28,7 @@ from torchstack.selection import Selection, select
 
 GIB_PER_TORCH_JOB = 3.0
 GIB_PER_JOB = 1.0
+SNAPSHOT_ARCHIVE = "http://snapshot.debian.org"  # Debian's archive at any time since 2005; apt checks its signatures
 
 
 def _jobs(asked: int | None, mem: float, methods: dict[str, str]) -> tuple[int, int, str]:
@@ -66,9 +68,8 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
         epoch, epoch_origin = reproducible.source_date_epoch(toolkit_revision())
     jobs, torch_jobs, jobs_note = _jobs(request.jobs, request.memory_gib or host.memory_gib(), selection.methods)
     components = _component_plans(catalog, selection, {**request.versions, "torch": selection.torch_version}, jobs, torch_jobs)
-    # Without -updates and -security (--no-security-updates), another OS image: Debian as released.
-    os_image = f"torchstack-os:{selection.distribution.name}-{selection.arch.debian}{'' if request.security_updates else '-as-released'}"
-    base_image = request.base_image or os_image
+    apt = _apt_sources(selection.distribution, request, now)
+    base_image = request.base_image or _os_image(selection, apt)
     stages = _stage_plans(catalog, selection.stage, components, base_image, f"{repository}-{{stage}}:{release_tag}")
 
     plan = Plan(
@@ -94,7 +95,7 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
         torch_wheel=selection.torch_wheel,
         torch_wheel_file=selection.torch_wheel_file,
         components=components,
-        apt=_apt_sources(selection.distribution, request),
+        apt=apt,
         stages=stages,
         payload=_payload(selection, components),
         plugins=selection.plugins,
@@ -305,15 +306,36 @@ def env_line(env: dict[str, str]) -> str:
     return " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
 
 
-def _apt_sources(distribution: Distribution, request: Request) -> AptSources:
+def _os_image(selection: Selection, apt: AptSources) -> str:
+    """The bootstrapped OS image's name: another for Debian as released (--no-security-updates), and for
+    Debian as it was at a --debian-snapshot, so that no stage of one is taken for one of the other."""
+    name = f"torchstack-os:{selection.distribution.name}-{selection.arch.debian}{'' if apt.updates else '-as-released'}"
+    return name + (f"-{apt.snapshot.timestamp}" if apt.snapshot else "")
+
+
+def _apt_sources(distribution: Distribution, request: Request, now: datetime) -> AptSources:
     """The suites the build takes: the release, its -updates and -security suites (each from the
-    user's mirror, else Debian's), or the release alone with --no-security-updates."""
+    user's mirror, else Debian's), or the release alone with --no-security-updates; with
+    --debian-snapshot, those suites as they were then, the live ones kept for the release image to name."""
     mirror = (request.debian_mirror or distribution.mirror).rstrip("/")
     name = distribution.name
     if not request.security_updates:
         if request.security_mirror:
             raise UsageProblem("--security-mirror names the -security suite that --no-security-updates leaves out: give one of them")
-        return AptSources((Suite(mirror, name, "release"),), request.archive_keyring)
-    security = (request.security_mirror or distribution.security_mirror).rstrip("/")
-    suites = (Suite(mirror, name, "release"), Suite(mirror, f"{name}-updates", "updates"), Suite(security, f"{name}-security", "security"))
-    return AptSources(suites, request.archive_keyring)
+        suites = (Suite(mirror, name, "release"),)
+    else:
+        security = (request.security_mirror or distribution.security_mirror).rstrip("/")
+        suites = (
+            Suite(mirror, name, "release"),
+            Suite(mirror, f"{name}-updates", "updates"),
+            Suite(security, f"{name}-security", "security"),
+        )
+    if not request.debian_snapshot:
+        if request.snapshot_archive:
+            raise UsageProblem("--snapshot-archive says who serves --debian-snapshot's state of the archive: give --debian-snapshot too")
+        return AptSources(suites, request.archive_keyring)
+    if request.base_image:
+        raise UsageProblem("--debian-snapshot bootstraps Debian as it was then: it cannot apply to a --base-image, which has its own")
+    snapshot = Snapshot(Snapshot.timestamp_of(request.debian_snapshot, now), (request.snapshot_archive or SNAPSHOT_ARCHIVE).rstrip("/"))
+    frozen = tuple(dataclasses.replace(s, url=snapshot.url(s.kind), frozen=True) for s in suites)
+    return AptSources(frozen, request.archive_keyring, snapshot, kept=suites)

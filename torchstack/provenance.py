@@ -74,6 +74,7 @@ def predicate(
                 "plugins": [p.requirement for p in plan.plugins],
                 "requirements": list(plan.requirements.requested) if plan.requirements else [],
                 "source_date_epoch": plan.source_date_epoch,
+                "debian_snapshot": plan.apt.snapshot.timestamp if plan.apt.snapshot else None,
             },
             "internalParameters": {"build_info": info, "reproducible": {"claimed": why_not is None, "why_not": why_not}},
             "resolvedDependencies": inputs(plan, base_id, archive_state),

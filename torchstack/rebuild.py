@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -103,16 +104,25 @@ def arguments(catalog: Catalog, info: dict, labels: dict[str, str]) -> list[str]
             args += ["--torch-version", info["torch_version"]]
         elif component["version"] != catalog.components[name].default_version:
             args += ["--source-version", f"{name}={component['version']}"]
-    suites = [line.split() for line in info.get("apt_sources", [])]  # deb URL SUITE main
+    snapshot = info.get("debian_snapshot")
+    suites = _suites(snapshot["image_apt_sources"] if snapshot else info.get("apt_sources", []))
     if not suites:
         if not labels.get(BASE_NAME_LABEL):
             raise UsageProblem(
                 f"it records neither Debian suites nor the image it was built on ({BASE_NAME_LABEL}): nothing to build it from"
             )
         return [*args, "--base-image", labels[BASE_NAME_LABEL]]
-    args += ["--debian-mirror", suites[0][1]]
-    security = [url for _, url, suite, *_ in suites if suite.endswith("-security")]
+    if snapshot:
+        args += ["--debian-snapshot", snapshot["timestamp"], "--snapshot-archive", snapshot["archive"]]
+    args += ["--debian-mirror", suites[0][0]]
+    security = [url for url, suite in suites if suite.endswith("-security")]
     return [*args, *(["--security-mirror", security[0]] if security else ["--no-security-updates"])]
+
+
+def _suites(lines: list[str]) -> list[tuple[str, str]]:
+    """(URL, suite) of each sources.list line `deb [options] URL SUITE main` the build-info records."""
+    words = (re.sub(r"\[[^]]*\]", "", line).split() for line in lines)
+    return [(found[1], found[2]) for found in words]
 
 
 def epoch_of(found) -> int:

@@ -108,16 +108,27 @@ def _render(plan: Plan, stage: StagePlan, secrets: BuildSecrets) -> str:
 
 def refresh_context(plan: Plan, image: str, upgrades: list[str], dest: Path) -> None:
     """The build context of the layer that brings the final stage's `image` up to date with the
-    plan's suites: the apt sources it keeps, the site's key, each upgrade as PACKAGE=VERSION."""
+    plan's suites: those suites, the apt sources it keeps where they are a snapshot's, the site's
+    key, each upgrade as PACKAGE=VERSION."""
     (dest / "apt").mkdir(parents=True, exist_ok=True)
     (dest / "apt" / "sources.list").write_text(plan.apt.sources_list())
+    if plan.apt.kept:
+        (dest / "apt" / "sources-kept.list").write_text(plan.apt.kept_sources_list())
     keyring = plan.apt.keyring_name
     if keyring:
         shutil.copyfile(plan.apt.keyring, dest / "apt" / keyring)
     (dest / "apt" / "apt-upgrades.txt").write_text("".join(f"{line}\n" for line in upgrades))
     template = _environment().get_template("refresh.Dockerfile.j2")
     (dest / "Dockerfile").write_text(
-        template.render(image=image, upgrades=upgrades, keyring=keyring, record=layout.APT_UPGRADES, layout=layout, **_builder_values(plan))
+        template.render(
+            image=image,
+            upgrades=upgrades,
+            keyring=keyring,
+            snapshot=plan.apt.snapshot if plan.apt.kept else None,
+            record=layout.APT_UPGRADES,
+            layout=layout,
+            **_builder_values(plan),
+        )
     )
     reproducible.set_times(dest)
 

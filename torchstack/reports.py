@@ -18,7 +18,8 @@ def format_plan(plan: Plan) -> str:
         f"distribution  {plan.distribution_note}",
         "apt suites    "
         + (", ".join(f"{s.name} ({s.url})" for s in plan.apt.suites) if plan.base_is_bootstrapped else "the --base-image's own")
-        + ("" if plan.apt.updates else "  [--no-security-updates]"),
+        + ("" if plan.apt.updates else "  [--no-security-updates]")
+        + (f"  [Debian as it was at {plan.apt.snapshot.timestamp}: no fix published since]" if plan.apt.snapshot else ""),
         f"compiler      CFLAGS={plan.cflags}  (GCC {plan.distribution.gcc}, {plan.distribution.name})",
         f"torch         {plan.torch_version}",
         f"jobs          {plan.jobs} (PyTorch MAX_JOBS {plan.torch_jobs})" + (f"  [{plan.jobs_note}]" if plan.jobs_note else ""),

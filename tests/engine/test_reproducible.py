@@ -2,18 +2,21 @@
 Docker release (BuildKit), with a state folder of its own and at another time, from the same wheel: the
 OS image, every stage and the release image come out with the same image IDs. Podman, the other engine
 kind, makes the same OS image and the same stages before the numpy compile on two empty engines. What
-differs between two images is named by layer and file."""
+differs between two images is named by layer and file. A build asked for a past state of the Debian
+archive takes every suite from it."""
 
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta, timezone
 
 import docker
 import pytest
 
 from tests.engine.hosts import REBUILD_ENGINE
-from tests.engine.images import IMAGES
-from torchstack import rebuild
+from tests.engine.images import IMAGES, X86_ARGS, run_build_py, x86_wheelhouse
+from tests.local_archive import LocalArchive, SnapshotArchive
+from torchstack import archive, rebuild
 from torchstack.metadata import toolkit_revision
 
 pytestmark = pytest.mark.engine
@@ -98,3 +101,33 @@ def test_podman_makes_the_os_image_and_the_stages_before_the_compile_the_same_tw
         ]
     assert first["reproducible"]["base_image_id"] == second["reproducible"]["base_image_id"]
     assert [s["image_id"] for s in first["stages"]] == [s["image_id"] for s in second["stages"]], (first["stages"], second["stages"])
+
+
+def test_a_build_asked_for_a_past_state_of_the_archive_takes_every_suite_from_it(client, catalog, unique_tag, tmp_path):
+    """--debian-snapshot: the OS image and the stage after it take Debian's suites as a snapshot archive
+    serves them at that time, their Release files long expired, and the images' apt sources name it. The
+    snapshot archive is a site's copy of Debian's (tests/local_archive.py): its main archive the mirror
+    the builds take, its -security suite one the test signs, valid until a day long past."""
+    stamp = f"{datetime.now(timezone.utc) - timedelta(days=1):%Y%m%dT%H%M%S}Z"  # this run's own OS image
+    summary = tmp_path / "summary.json"
+    with LocalArchive(tmp_path / "site") as security:
+        security.publish("bookworm-security", "amd64", valid_until=datetime(2024, 1, 1, tzinfo=timezone.utc))
+        with SnapshotArchive(stamp, catalog.distributions["bookworm"].mirror, security) as snapshot:
+            args = [*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--build-type", "base", "--no-test", "--tag", unique_tag]
+            args += ["--debian-snapshot", stamp, "--snapshot-archive", snapshot.url, "--archive-keyring", str(security.keyring)]
+            try:
+                made = run_build_py(*args, "--json", str(summary))
+            finally:
+                try:
+                    client.images.remove(f"torchstack-os:bookworm-amd64-{stamp}")
+                except docker.errors.ImageNotFound:
+                    pass
+    assert made.returncode == 0, made.stderr[-3000:]
+    found = json.loads(summary.read_text())
+    main, fixes = f"{snapshot.url}/archive/debian/{stamp}", f"{snapshot.url}/archive/debian-security/{stamp}"
+    suites = [(main, "bookworm"), (main, "bookworm-updates"), (fixes, "bookworm-security")]
+    assert found["reproducible"]["debian_snapshot"] == stamp
+    assert [state["uri"] for state in found["reproducible"]["archive"]] == [f"{url}/dists/{name}/InRelease" for url, name in suites]
+    top = found["stages"][-1]
+    assert [(s.url, s.name) for s in archive.image_sources(client, top["image_id"]).suites] == suites
+    assert any(path.startswith(f"/archive/debian/{stamp}/pool/") for path in snapshot.asked), "no package came from the snapshot"

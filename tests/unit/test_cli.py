@@ -84,6 +84,8 @@ def test_list_backends_and_targets(cli):
         (["--json", "x.json", "--release", "r26.11", "list", "backends"], "--release, --json given before the list command"),
         (["render", "--output", "/proc/forbidden"], "--output /proc/forbidden: cannot write in /proc/forbidden:"),
         (["--json", "/proc/forbidden/x.json", "--dry-run"], "--json /proc/forbidden/x.json: cannot write in /proc/forbidden:"),
+        (["plan", "--debian-snapshot", "last week"], "--debian-snapshot last week: not a time in UTC"),
+        (["bootstrap", "--debian-snapshot", "2999-01-01"], "--debian-snapshot 2999-01-01: still to come"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(cli, args, message):

@@ -355,3 +355,30 @@ def test_a_build_takes_the_security_and_updates_suites_unless_asked_by_name(plan
     assert bare.base_image == "torchstack-os:trixie-amd64-as-released" != plan.base_image
     with pytest.raises(UsageProblem, match="--security-mirror names the -security suite that --no-security-updates leaves out"):
         plan_for(backend="onednn", security_updates=False, security_mirror="http://mirror.example/security")
+
+
+def test_a_snapshot_of_the_archive_is_asked_for_by_its_time_and_the_images_name_the_live_suites(plan_for):
+    plan = plan_for(backend="onednn", release="r26.11", debian_snapshot="2026-11-01")
+    assert plan.apt.sources_list() == (
+        "deb [check-valid-until=no] http://snapshot.debian.org/archive/debian/20261101T000000Z trixie main\n"
+        "deb [check-valid-until=no] http://snapshot.debian.org/archive/debian/20261101T000000Z trixie-updates main\n"
+        "deb [check-valid-until=no] http://snapshot.debian.org/archive/debian-security/20261101T000000Z trixie-security main\n"
+    )
+    assert plan.apt.kept == plan_for(backend="onednn", release="r26.11").apt.suites
+    assert plan.apt.kept_sources_list().splitlines()[0] == "# Built from Debian's archive as it was at 20261101T000000Z:"
+    assert build_info(plan)["debian_snapshot"]["image_apt_sources"] == [s.line for s in plan.apt.kept]
+    # Another image than the live archive's: its own tag and OS image; the same time, however written, the same.
+    assert plan.release_tag == "r26.11-torch-2.13.0-onednn-debian-20261101T000000Z"
+    assert plan.base_image == "torchstack-os:trixie-amd64-20261101T000000Z"
+    same = plan_for(backend="onednn", release="r26.11", debian_snapshot="20261101T000000Z")
+    assert same.release_tag == plan.release_tag and same.apt == plan.apt
+    site = plan_for(backend="onednn", debian_snapshot="2026-11-01T06:30:00Z", snapshot_archive="http://snap.example/")
+    assert site.apt.suites[2].url == "http://snap.example/archive/debian-security/20261101T063000Z"
+    for asked, said in (
+        ({"debian_snapshot": "yesterday"}, "--debian-snapshot yesterday: not a time in UTC"),
+        ({"debian_snapshot": "2026-12-01"}, "--debian-snapshot 2026-12-01: still to come"),
+        ({"snapshot_archive": "http://snap.example"}, "--snapshot-archive says who serves --debian-snapshot"),
+        ({"debian_snapshot": "2026-11-01", "base_image": "debian:trixie"}, "cannot apply to a --base-image"),
+    ):
+        with pytest.raises(UsageProblem, match=said):
+            plan_for(backend="onednn", **asked)

@@ -25,6 +25,8 @@ def _render(cli, folder, args) -> tuple[dict, str]:
         ["--backend", "openblas", "--arch", "s390x", "--build-target", "z16", "--release", "r26.01"],
         ["--backend", "onednn", "--arch", "x86_64", "--source-version", "openblas=0.3.33", "--no-security-updates", "--runtime", "slim"],
         ["--arch", "aarch64", "--debian-mirror", "http://mirror.example/debian", "--security-mirror", "http://mirror.example/security"],
+        ["--arch", "x86_64", "--debian-snapshot", "2026-11-01", "--debian-mirror", "http://mirror.example/debian"],
+        ["--debian-snapshot", "20261101T120000Z", "--snapshot-archive", "http://snap.example/", "--no-security-updates"],
     ],
 )
 def test_the_rebuild_asks_for_the_build_the_image_records(catalog, tmp_path, request_args):
