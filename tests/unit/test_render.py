@@ -236,14 +236,20 @@ def test_the_refresh_layer_keeps_the_suites_and_records_its_upgrades(plan_for, t
 def test_a_snapshots_release_image_upgrades_from_the_snapshot_then_names_the_live_suites(plan_for, tmp_path):
     from torchstack.render import refresh_context
 
-    plan = plan_for(backend="onednn", release="r26.11", debian_snapshot="2026-11-01")
-    refresh_context(plan, "sha256:" + "0" * 64, ["libssl3=3.0.22-1~deb13u1"], tmp_path)
-    assert (tmp_path / "apt" / "sources.list").read_text() == plan.apt.sources_list()
-    assert (tmp_path / "apt" / "sources-kept.list").read_text() == plan.apt.kept_sources_list()
-    steps = [i for i in DockerfileParser(path=str(tmp_path / "Dockerfile")).structure if i["instruction"] in ("COPY", "RUN")]
-    upgrade = next(n for n, i in enumerate(steps) if "apt-get upgrade" in i["value"])
-    kept = next(n for n, i in enumerate(steps) if "sources-kept.list" in i["value"])
-    assert upgrade < kept, "the upgrade must take the snapshot's versions, not the live suites'"
+    for builder, upgrades in itertools.product(("docker", "buildx"), ([], ["libssl3=3.0.22-1~deb13u1"])):
+        plan = plan_for(backend="onednn", release="r26.11", debian_snapshot="2026-11-01", builder=builder)
+        refresh_context(plan, "sha256:" + "0" * 64, upgrades, tmp_path)
+        assert (tmp_path / "apt" / "sources.list").read_text() == plan.apt.sources_list()
+        assert (tmp_path / "apt" / "sources-kept.list").read_text() == plan.apt.kept_sources_list()
+        steps = [i for i in DockerfileParser(path=str(tmp_path / "Dockerfile")).structure if i["instruction"] in ("COPY", "RUN")]
+        for step in steps:
+            if step["instruction"] == "RUN":
+                checked = subprocess.run(["bash", "-n"], input=step["value"], capture_output=True, text=True)
+                assert checked.returncode == 0 and "#" not in step["value"], (step["value"], checked.stderr)
+        if upgrades:
+            upgrade = next(n for n, i in enumerate(steps) if "apt-get upgrade" in i["value"])
+            kept = next(n for n, i in enumerate(steps) if "sources-kept.list" in i["value"])
+            assert upgrade < kept, "the upgrade must take the snapshot's versions, not the live suites'"
 
 
 def test_podman_runs_every_step_as_bash_in_exec_form(rendered):
