@@ -155,11 +155,25 @@ def verify_command(catalog: Catalog) -> click.Command:
         help="With --rebuild: a CA bundle for the package index (as a build's --ca-bundle).",
     )
     @click.option(
+        "--archive-keyring",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        metavar="FILE",
+        help="With --rebuild: the key that signs the site's Debian mirrors, as the first build was given it.",
+    )
+    @click.option(
         "--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), help="With --rebuild: the rebuild's --json summary."
     )
     @engine_option
     def verify_command(
-        image: str, key: str | None, pull: bool, rebuild: bool, torch_wheel: str | None, ca_bundle: Path | None, json_file, engine: str
+        image: str,
+        key: str | None,
+        pull: bool,
+        rebuild: bool,
+        torch_wheel: str | None,
+        ca_bundle: Path | None,
+        archive_keyring: Path | None,
+        json_file,
+        engine: str,
     ) -> None:
         """Check IMAGE in its registry before use: its signature (each image's, for a multi-architecture
         list), its SBOM and provenance attestations, both about this very digest, and the provenance
@@ -169,8 +183,8 @@ def verify_command(catalog: Catalog) -> click.Command:
 
         if not key and not rebuild:
             raise UsageProblem("verify needs --key (the signer's public key), --rebuild, or both")
-        if (torch_wheel or ca_bundle or json_file) and not rebuild:
-            raise UsageProblem("--torch-wheel, --ca-bundle and --json go with --rebuild")
+        if (torch_wheel or ca_bundle or archive_keyring or json_file) and not rebuild:
+            raise UsageProblem("--torch-wheel, --ca-bundle, --archive-keyring and --json go with --rebuild")
         reference = image
         if key:
             registry.parse(image)
@@ -186,7 +200,8 @@ def verify_command(catalog: Catalog) -> click.Command:
         if rebuild:
             from torchstack import rebuild as rebuilding
 
-            passed = {"--torch-wheel": torch_wheel, "--ca-bundle": ca_bundle, "--engine": chosen.kind}  # the build runs on this engine
+            passed = {"--torch-wheel": torch_wheel, "--ca-bundle": ca_bundle, "--archive-keyring": archive_keyring}
+            passed["--engine"] = chosen.kind  # the build runs on this engine
             given = [word for option, value in passed.items() if value for word in (option, str(value))]
             same = rebuilding.verify(client, catalog, reference, given, json_file, lambda line: click.echo(line, err=True))
             click.echo(f"torchstack: reproduced {reference}: built again from what it records, it is the same image", err=True)

@@ -38,7 +38,7 @@ BASE_NAME_LABEL = "org.opencontainers.image.base.name"
 
 
 def verify(client, catalog: Catalog, image: str, given: list[str], summary: Path | None, note) -> str:
-    """`image` built again from what it records (`given`: the caller's --torch-wheel, --ca-bundle) and
+    """`image` built again from what it records (`given`: the caller's --torch-wheel, --ca-bundle, --archive-keyring) and
     compared: its ID where the image made again is the same one (then removed); NotReproduced naming
     what differs where not (the images made again kept, for a closer look)."""
     found, info = recorded(client, image)

@@ -111,6 +111,7 @@ def test_a_name_verify_cannot_check_is_a_usage_error(text):
         ),
         (["verify", "torchstack:r26.11", "--key", "awskms://alias/torchstack"], "torchstack:r26.11: name the registry too"),
         (["verify", "registry.example/ml/torchstack:r26.11", "--key", "/nonexistent.pub"], "--key /nonexistent.pub: no such file"),
+        (["verify", "torchstack:r26.11", "--key", "cosign.pub", "--archive-keyring", __file__], "and --json go with --rebuild"),
     ],
 )
 def test_signing_options_are_refused_in_one_line_before_any_work(catalog, args, said):
