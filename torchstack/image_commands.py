@@ -135,6 +135,33 @@ def test_command(catalog: Catalog) -> click.Command:
     return test_command
 
 
+def _rebuild_options(func):
+    """What `verify --rebuild` takes besides the image: what the first build host gave of its own."""
+    for option in reversed(
+        (
+            click.option(
+                "--torch-wheel", metavar="PATH", help="With --rebuild: the torch wheel (a .whl file or a folder) the image was built from."
+            ),
+            click.option(
+                "--ca-bundle",
+                type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                help="With --rebuild: a CA bundle for the package index (as a build's --ca-bundle).",
+            ),
+            click.option(
+                "--archive-keyring",
+                type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                metavar="FILE",
+                help="With --rebuild: the key that signs the site's Debian mirrors, as the first build was given it.",
+            ),
+            click.option(
+                "--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), help="With --rebuild: the rebuild's --json summary."
+            ),
+        )
+    ):
+        func = option(func)
+    return func
+
+
 def verify_command(catalog: Catalog) -> click.Command:
     @click.command("verify")
     @click.argument("image")
@@ -146,35 +173,9 @@ def verify_command(catalog: Catalog) -> click.Command:
         help="Build IMAGE again on this engine from what it records (toolkit revision, request, SOURCE_DATE_EPOCH), "
         "with no cache, and compare: its ID where the same, else the layers and files that differ (exit 1).",
     )
-    @click.option(
-        "--torch-wheel", metavar="PATH", help="With --rebuild: the torch wheel (a .whl file or a folder) the image was built from."
-    )
-    @click.option(
-        "--ca-bundle",
-        type=click.Path(exists=True, dir_okay=False, path_type=Path),
-        help="With --rebuild: a CA bundle for the package index (as a build's --ca-bundle).",
-    )
-    @click.option(
-        "--archive-keyring",
-        type=click.Path(exists=True, dir_okay=False, path_type=Path),
-        metavar="FILE",
-        help="With --rebuild: the key that signs the site's Debian mirrors, as the first build was given it.",
-    )
-    @click.option(
-        "--json", "json_file", type=click.Path(dir_okay=False, path_type=Path), help="With --rebuild: the rebuild's --json summary."
-    )
+    @_rebuild_options
     @engine_option
-    def verify_command(
-        image: str,
-        key: str | None,
-        pull: bool,
-        rebuild: bool,
-        torch_wheel: str | None,
-        ca_bundle: Path | None,
-        archive_keyring: Path | None,
-        json_file,
-        engine: str,
-    ) -> None:
+    def verify_command(image: str, key: str | None, pull: bool, rebuild: bool, json_file, engine: str, **given) -> None:
         """Check IMAGE in its registry before use: its signature (each image's, for a multi-architecture
         list), its SBOM and provenance attestations, both about this very digest, and the provenance
         against the image's build-info. Prints the digest to pull. With --rebuild, build it again here
@@ -183,7 +184,7 @@ def verify_command(catalog: Catalog) -> click.Command:
 
         if not key and not rebuild:
             raise UsageProblem("verify needs --key (the signer's public key), --rebuild, or both")
-        if (torch_wheel or ca_bundle or archive_keyring or json_file) and not rebuild:
+        if (any(given.values()) or json_file) and not rebuild:
             raise UsageProblem("--torch-wheel, --ca-bundle, --archive-keyring and --json go with --rebuild")
         reference = image
         if key:
@@ -200,10 +201,10 @@ def verify_command(catalog: Catalog) -> click.Command:
         if rebuild:
             from torchstack import rebuild as rebuilding
 
-            passed = {"--torch-wheel": torch_wheel, "--ca-bundle": ca_bundle, "--archive-keyring": archive_keyring}
+            passed = {f"--{name.replace('_', '-')}": value for name, value in given.items()}
             passed["--engine"] = chosen.kind  # the build runs on this engine
-            given = [word for option, value in passed.items() if value for word in (option, str(value))]
-            same = rebuilding.verify(client, catalog, reference, given, json_file, lambda line: click.echo(line, err=True))
+            arguments = [word for option, value in passed.items() if value for word in (option, str(value))]
+            same = rebuilding.verify(client, catalog, reference, arguments, json_file, lambda line: click.echo(line, err=True))
             click.echo(f"torchstack: reproduced {reference}: built again from what it records, it is the same image", err=True)
             click.echo(same)
             return
