@@ -107,27 +107,30 @@ def test_a_build_asked_for_a_past_state_of_the_archive_takes_every_suite_from_it
     """--debian-snapshot: the OS image and the stage after it take Debian's suites as a snapshot archive
     serves them at that time, their Release files long expired, and the images' apt sources name it. The
     snapshot archive is a site's copy of Debian's (tests/local_archive.py): its main archive the mirror
-    the builds take, its -security suite one the test signs, valid until a day long past."""
+    the builds take, its -security suite one the test signs, valid until a day long past. What the
+    build made (its own OS image, its stage) is removed afterwards."""
     stamp = f"{datetime.now(timezone.utc) - timedelta(days=1):%Y%m%dT%H%M%S}Z"  # this run's own OS image
     summary = tmp_path / "summary.json"
-    with LocalArchive(tmp_path / "site") as security:
-        security.publish("bookworm-security", "amd64", valid_until=datetime(2024, 1, 1, tzinfo=timezone.utc))
-        with SnapshotArchive(stamp, catalog.distributions["bookworm"].mirror, security) as snapshot:
-            args = [*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--build-type", "base", "--no-test", "--tag", unique_tag]
-            args += ["--debian-snapshot", stamp, "--snapshot-archive", snapshot.url, "--archive-keyring", str(security.keyring)]
-            try:
+    try:
+        with LocalArchive(tmp_path / "site") as security:
+            security.publish("bookworm-security", "amd64", valid_until=datetime(2024, 1, 1, tzinfo=timezone.utc))
+            with SnapshotArchive(stamp, catalog.distributions["bookworm"].mirror, security) as snapshot:
+                args = [*X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--build-type", "base", "--no-test", "--tag", unique_tag]
+                args += ["--debian-snapshot", stamp, "--snapshot-archive", snapshot.url, "--archive-keyring", str(security.keyring)]
                 made = run_build_py(*args, "--json", str(summary))
-            finally:
-                try:
-                    client.images.remove(f"torchstack-os:bookworm-amd64-{stamp}")
-                except docker.errors.ImageNotFound:
-                    pass
-    assert made.returncode == 0, made.stderr[-3000:]
-    found = json.loads(summary.read_text())
-    main, fixes = f"{snapshot.url}/archive/debian/{stamp}", f"{snapshot.url}/archive/debian-security/{stamp}"
-    suites = [(main, "bookworm"), (main, "bookworm-updates"), (fixes, "bookworm-security")]
-    assert found["reproducible"]["debian_snapshot"] == stamp
-    assert [state["uri"] for state in found["reproducible"]["archive"]] == [f"{url}/dists/{name}/InRelease" for url, name in suites]
-    top = found["stages"][-1]
-    assert [(s.url, s.name) for s in archive.image_sources(client, top["image_id"]).suites] == suites
-    assert any(path.startswith(f"/archive/debian/{stamp}/pool/") for path in snapshot.asked), "no package came from the snapshot"
+        assert made.returncode == 0, made.stderr[-3000:]
+        found = json.loads(summary.read_text())
+        main, fixes = f"{snapshot.url}/archive/debian/{stamp}", f"{snapshot.url}/archive/debian-security/{stamp}"
+        suites = [(main, "bookworm"), (main, "bookworm-updates"), (fixes, "bookworm-security")]
+        assert found["reproducible"]["debian_snapshot"] == stamp
+        assert [state["uri"] for state in found["reproducible"]["archive"]] == [f"{url}/dists/{name}/InRelease" for url, name in suites]
+        top = found["stages"][-1]
+        assert [(s.url, s.name) for s in archive.image_sources(client, top["image_id"]).suites] == suites
+        assert any(path.startswith(f"/archive/debian/{stamp}/pool/") for path in snapshot.asked), "no package came from the snapshot"
+    finally:
+        stages = json.loads(summary.read_text())["stages"] if summary.is_file() else []
+        for name in [*(tag for stage in stages for tag in stage["tags"]), f"torchstack-os:bookworm-amd64-{stamp}"]:
+            try:
+                client.images.remove(name)
+            except docker.errors.APIError:
+                pass

@@ -12,8 +12,8 @@ import shlex
 
 import docker
 import pytest
-import testinfra
 
+from tests.image.engine_host import engine_host
 from torchstack import sharing
 from torchstack.model import load_catalog
 
@@ -81,13 +81,13 @@ def engine(request):
 @pytest.fixture(scope="session")
 def host(container, engine):
     """The container as root, to read anything in it."""
-    return testinfra.get_host(f"{engine}://root@{container.id}")
+    return engine_host(engine, f"root@{container.id}")
 
 
 @pytest.fixture(scope="session")
 def user_host(container, engine):
     """The container as its default user, the way people run it."""
-    return testinfra.get_host(f"{engine}://{container.id}")
+    return engine_host(engine, container.id)
 
 
 @pytest.fixture(scope="session")

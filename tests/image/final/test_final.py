@@ -13,11 +13,11 @@ from pathlib import Path
 
 import docker
 import pytest
-import testinfra
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from tests.image.engine_host import engine_host
 from tests.image.libs.test_libs import assert_openblas_is_the_openmp_build
 from torchstack import layout, sharing
 from torchstack.host import host_arch
@@ -536,7 +536,7 @@ def _running(image, engine, **options):
     options.setdefault("network_mode", "none")
     started = docker.from_env().containers.run(image, entrypoint=["sleep", "infinity"], detach=True, labels=sharing.labels(), **options)
     try:
-        yield testinfra.get_host(f"{engine}://{started.id}")
+        yield engine_host(engine, started.id)
     finally:
         started.remove(force=True)
 
