@@ -69,15 +69,11 @@ class LocalArchive:
         (dists / "InRelease").write_bytes(self._gpg("--clearsign", "--output", "-", str(dists / "Release")))
 
     def __enter__(self) -> LocalArchive:
-        handler = functools.partial(_Quiet, directory=str(self.root))
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server, self.url = _serve(functools.partial(_Quiet, directory=str(self.root)))
         return self
 
     def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        _stop(self.server)
         # The agent gpg started for the signing key ends with the archive.
         subprocess.run(["gpgconf", "--homedir", str(self.home), "--kill", "gpg-agent"], capture_output=True)
         shutil.rmtree(self.home, ignore_errors=True)
@@ -111,15 +107,23 @@ class SnapshotArchive:
         return 404, None
 
     def __enter__(self) -> SnapshotArchive:
-        handler = functools.partial(_Relay, self)
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server, self.url = _serve(functools.partial(_Relay, self))
         return self
 
     def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        _stop(self.server)
+
+
+def _serve(handler) -> tuple[http.server.ThreadingHTTPServer, str]:
+    """`handler` answering on a free loopback port, in a thread of its own: the server and its URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def _stop(server: http.server.ThreadingHTTPServer) -> None:
+    server.shutdown()
+    server.server_close()
 
 
 class _Relay(http.server.BaseHTTPRequestHandler):
