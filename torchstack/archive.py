@@ -220,7 +220,7 @@ def image_sources(client: docker.DockerClient, image: str) -> AptSources:
         container.remove(force=True)
     suites = []
     for text in texts:
-        for url, names in _entries(text):
+        for url, names in source_entries(text):
             for name in names:
                 kind = "security" if name.endswith("-security") else "updates" if name.endswith("-updates") else "release"
                 suites.append(Suite(url.rstrip("/"), name, kind))
@@ -237,7 +237,7 @@ def pending_in(client: docker.DockerClient, image: str, keyring: Path | None = N
     return newer(installed(client, image), security, arch, keyring), ", ".join(s.name for s in security)
 
 
-def _entries(text: str) -> list[tuple[str, list[str]]]:
+def source_entries(text: str) -> list[tuple[str, list[str]]]:
     """(URL, suites) of each binary source in a sources.list or deb822 .sources text."""
     if re.search(r"^Types:", text, re.MULTILINE):
         stanzas = [dict(re.findall(r"^([\w-]+): *(.*)$", s, re.MULTILINE)) for s in text.split("\n\n")]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import subprocess
 import sys
 import tarfile
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import docker.errors
 
+from torchstack import archive
 from torchstack.errors import ToolkitError, UsageProblem
 from torchstack.metadata import toolkit_revision
 from torchstack.model import Catalog
@@ -105,7 +105,8 @@ def arguments(catalog: Catalog, info: dict, labels: dict[str, str]) -> list[str]
         elif component["version"] != catalog.components[name].default_version:
             args += ["--source-version", f"{name}={component['version']}"]
     snapshot = info.get("debian_snapshot")
-    suites = _suites(snapshot["image_apt_sources"] if snapshot else info.get("apt_sources", []))
+    lines = snapshot["image_apt_sources"] if snapshot else info.get("apt_sources", [])  # deb [options] URL SUITE main
+    suites = [(url, names[0]) for url, names in archive.source_entries("\n".join(lines))]
     if not suites:
         if not labels.get(BASE_NAME_LABEL):
             raise UsageProblem(
@@ -117,12 +118,6 @@ def arguments(catalog: Catalog, info: dict, labels: dict[str, str]) -> list[str]
     args += ["--debian-mirror", suites[0][0]]
     security = [url for url, suite in suites if suite.endswith("-security")]
     return [*args, *(["--security-mirror", security[0]] if security else ["--no-security-updates"])]
-
-
-def _suites(lines: list[str]) -> list[tuple[str, str]]:
-    """(URL, suite) of each sources.list line `deb [options] URL SUITE main` the build-info records."""
-    words = (re.sub(r"\[[^]]*\]", "", line).split() for line in lines)
-    return [(found[1], found[2]) for found in words]
 
 
 def epoch_of(found) -> int:
@@ -183,18 +178,18 @@ def _saved(image, folder: Path) -> tuple[list[dict[str, tuple]], list[str]]:
     """Each layer of `image` (docker save) as its files, path -> (kind, mode, owner, time, sha256), and
     the step that made each, as the image's history says."""
     folder.mkdir()
-    archive = folder / "image.tar"
-    with archive.open("wb") as out:
+    tarball = folder / "image.tar"
+    with tarball.open("wb") as out:
         for chunk in image.save(named=False):
             out.write(chunk)
     layers = []
-    with tarfile.open(archive) as saved:
+    with tarfile.open(tarball) as saved:
         manifest = json.load(saved.extractfile("manifest.json"))[0]
         history = json.load(saved.extractfile(manifest["Config"])).get("history", [])
         for layer in manifest["Layers"]:
             with tarfile.open(fileobj=saved.extractfile(layer)) as tar:
                 layers.append({m.name: _entry(tar, m) for m in tar})
-    archive.unlink()
+    tarball.unlink()
     return layers, [h.get("created_by", "") for h in history if not h.get("empty_layer")]
 
 

@@ -56,11 +56,11 @@ def test_an_images_sources_are_read_in_either_format():
         "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: trixie trixie-updates\nComponents: main\n\n"
         "Types: deb-src\nURIs: http://x\nSuites: trixie\n"
     )
-    assert archive._entries(one_line) == [
+    assert archive.source_entries(one_line) == [
         ("http://deb.debian.org/debian", ["bookworm"]),
         ("http://deb.debian.org/debian-security", ["bookworm-security"]),
     ]
-    assert archive._entries(deb822) == [("http://deb.debian.org/debian", ["trixie", "trixie-updates"])]
+    assert archive.source_entries(deb822) == [("http://deb.debian.org/debian", ["trixie", "trixie-updates"])]
 
 
 @pytest.fixture
