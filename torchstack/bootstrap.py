@@ -11,11 +11,12 @@ from pathlib import Path
 import docker
 
 from torchstack.archive import DEBIAN_KEYRING
-from torchstack.engine import BuildProgress, build_image, build_image_buildx, image_exists
+from torchstack.buildjob import BuildJob
+from torchstack.engine import Builder, image_exists
 from torchstack.errors import BuildFailed, ToolkitError
 from torchstack.layout import APT_LEFTOVERS
 from torchstack.plan import Plan
-from torchstack.reproducible import FILE_EPOCH, set_times
+from torchstack.reproducible import FILE_EPOCH, STEP_ENVIRONMENT, set_times
 
 # As Debian's own slim images: no manuals, translations or documentation, but the licences.
 SLIM_DPKG_OPTIONS = (
@@ -38,12 +39,12 @@ CMD ["bash"]
 """
 
 
-def ensure_base_image(client: docker.DockerClient, plan: Plan, force: bool = False) -> str:
+def ensure_base_image(builder: Builder, plan: Plan, force: bool = False) -> str:
     """The plan's base OS image: present, pulled (a user's --base-image), or bootstrapped here
     (the caller has made sure, with prerequisites.require, that this host can) from the plan's
     suites, as Debian's own images are: the release, its -updates and -security suites, which its
     apt sources keep naming."""
-    image = plan.base_image
+    image, client = plan.base_image, builder.client
     if not force and image_exists(client, image):
         return image
     if not plan.base_is_bootstrapped:
@@ -57,7 +58,7 @@ def ensure_base_image(client: docker.DockerClient, plan: Plan, force: bool = Fal
             ) from None
     with tempfile.TemporaryDirectory(prefix="torchstack-rootfs-") as work:
         _mmdebstrap(plan, Path(work) / "rootfs.tar")
-        _load(client, plan, Path(work))
+        _load(builder, plan, Path(work))
     return image
 
 
@@ -98,9 +99,9 @@ def _trusting(plan: Plan, work: Path) -> tuple[str, ...]:
     return (f"--customize-hook=upload {work / name} {inside}", f'--customize-hook=chmod 644 "$1{inside}"')
 
 
-def _load(client: docker.DockerClient, plan: Plan, work: Path) -> None:
+def _load(builder: Builder, plan: Plan, work: Path) -> None:
     """The tarball in `work` as the plan's base image, dated FILE_EPOCH as its files (the same
-    tarball, the same image): by BuildKit where the stages are, else by the engine's API."""
+    tarball, the same image), by the builder that builds the stages."""
     (work / "Dockerfile").write_text(DOCKERFILE)
     labels = {
         "org.opencontainers.image.title": f"Debian {plan.distribution.name} minbase ({plan.arch.debian})",
@@ -108,16 +109,10 @@ def _load(client: docker.DockerClient, plan: Plan, work: Path) -> None:
         "io.torchstack.apt-suites": " ".join(suite.name for suite in plan.apt.suites),
     }
     failed = f"loading the bootstrapped {plan.distribution.name} rootfs failed"
-    progress = BuildProgress()
+    set_times(work)
+    dates = {"epoch": FILE_EPOCH, "timestamp": FILE_EPOCH, "step_environment": STEP_ENVIRONMENT}
+    job = BuildJob(work, plan.base_image, plan.platform, labels, "os", work, **dates)
     try:
-        if plan.builder == "buildx":
-            set_times(work)
-            build_image_buildx(
-                work, plan.base_image, plan.platform, labels, False, {}, lambda line: None, progress, "os", work, epoch=FILE_EPOCH
-            )
-        else:
-            build_image(
-                client, work, plan.base_image, plan.platform, labels, False, lambda line: None, progress, "os", work, timestamp=FILE_EPOCH
-            )
+        builder.build(job)
     except BuildFailed as exc:
         raise ToolkitError(f"{failed}: {str(exc).splitlines()[0]}") from None

@@ -7,6 +7,8 @@ import time
 from pathlib import Path
 
 from torchstack import bootstrap, connection, engine, publish, reproducible, sharing, sources
+from torchstack.buildjob import BuildJob, BuildProgress
+from torchstack.engine import BuildRun
 from torchstack.errors import ToolkitError
 from torchstack.metadata import stage_labels
 from torchstack.plan import RELEASE_STAGE, Plan, StagePlan
@@ -65,16 +67,17 @@ def _podman_stage(client, plan: Plan, stage: StagePlan, run: RunOptions, note) -
     return None
 
 
-def base_image(client, plan: Plan, run: RunOptions, view: BuildView) -> str:
+def base_image(build: BuildRun, plan: Plan, run: RunOptions) -> str:
     """The OS image: here already, pulled from --cache-from's registry (the very image the stages
     there were built on: one bootstrapped here would differ, and no step would match), else made
     as bootstrap.ensure_base_image makes it."""
+    client = build.client
     if plan.base_is_bootstrapped and run.cache_from and not engine.image_exists(client, plan.base_image):
-        remote = _pull_cache(client, plan, run.cache_from, plan.base_image, view.note)
+        remote = _pull_cache(client, plan, run.cache_from, plan.base_image, build.note)
         if remote:
             repository, _, tag = plan.base_image.rpartition(":")
             client.images.get(remote).tag(repository, tag)
-    return bootstrap.ensure_base_image(client, plan)
+    return bootstrap.ensure_base_image(build.builder, plan)
 
 
 def lock(chosen: connection.Engine, name: str, view: BuildView):
@@ -85,32 +88,29 @@ def lock(chosen: connection.Engine, name: str, view: BuildView):
 
 
 def build_stages(
-    client,
-    chosen: connection.Engine,
+    build: BuildRun,
     plan: Plan,
     run: RunOptions,
     reports: list[StageReport],
     view: BuildView,
-    contexts: Path,
     source_files: dict[str, Path],
     secrets: BuildSecrets,
-    log_path: Path,
 ) -> None:
     """Build each stage of the plan in order, or take it as it is. Each under a lock among this
     host's runs (sharing.lock): equal runs at once make, and tag, the very same images."""
+    client = build.client
     for stage, report in zip(plan.stages, reports, strict=True):
-        assemble_context(plan, stage, contexts / stage.name, source_files, secrets)
+        assemble_context(plan, stage, build.contexts / stage.name, source_files, secrets)
         progress = view.start(report)
-        kind = chosen.kind
-        with lock(chosen, stage.image, view):
-            taken = _podman_stage(client, plan, stage, run, view.note) if kind == "podman" else None
+        with lock(build.engine, stage.image, view):
+            taken = _podman_stage(client, plan, stage, run, view.note) if build.engine.kind == "podman" else None
             if taken:
                 report.status, report.cached, report.seconds = taken, True, time.monotonic() - progress.started
                 report.size_bytes = engine.image_size(client, stage.image)
                 report.image_id = client.images.get(stage.image).id
                 continue
             try:
-                result = _build_stage(client, kind, plan, stage, run, view, contexts / stage.name, secrets, progress, log_path)
+                result = build.builder.build(_stage_job(build, plan, stage, run, view, secrets, progress))
             except KeyboardInterrupt as exc:
                 report.status = "interrupted"
                 raise Interrupted(
@@ -123,67 +123,37 @@ def build_stages(
                 raise
         report.seconds = result.seconds
         report.cached = result.cached
-        report.builder = builder_name(kind, plan.builder)
+        report.builder = build.builder.name
         report.ran = list(result.ran)
         report.size_bytes = engine.image_size(client, stage.image)
         report.image_id = result.image_id
         report.status = "cached" if result.cached else "built"
 
 
-def builder_name(kind: str, builder: str) -> str:
-    """What builds a stage, in the words the summary uses: BuildKit, Docker's legacy builder, Podman's buildah."""
-    if kind == "podman":
-        return "buildah"
-    return "buildkit" if builder == "buildx" else "legacy"
-
-
-def _build_stage(
-    client,
-    kind: str,
-    plan: Plan,
-    stage: StagePlan,
-    run: RunOptions,
-    view: BuildView,
-    context: Path,
-    secrets: BuildSecrets,
-    progress,
-    log_path: Path,
-) -> engine.BuildResult:
-    labels = stage_labels(plan, stage)
-    log = functools.partial(view.line, stage.name)
-    if plan.builder == "buildx":
-        # BuildKit asks the registry itself, and says so in its log when it lacks the image.
-        cache = [publish.remote_name(run.cache_from, publish.pushed_as(plan, stage))] if run.cache_from else []
-        return engine.build_image_buildx(
-            context,
-            stage.image,
-            plan.platform,
-            labels,
-            run.no_cache,
-            secrets.files(),
-            log,
-            progress,
-            stage.name,
-            log_path,
-            run.buildx_builder,
-            cache,
-            plan.source_date_epoch,
-            inline_cache=run.push_stages,  # what another host's --cache-from reads
-        )
-    # Podman's build API reads cache sources as buildah's own cache repositories: none given.
-    cache = None if kind == "podman" else _cache_source(client, plan, stage, run.cache_from, view.note)
-    return engine.build_image(
-        client,
-        context,
-        stage.image,
-        plan.platform,
-        labels,
-        run.no_cache,
-        log,
-        progress,
-        stage.name,
-        log_path,
-        [cache] if cache else None,
+def _stage_job(
+    build: BuildRun, plan: Plan, stage: StagePlan, run: RunOptions, view: BuildView, secrets: BuildSecrets, progress: BuildProgress
+) -> BuildJob:
+    """What building `stage` asks of the builder: its context, tag, labels, the images whose steps it
+    may reuse (--cache-from), its dates (reproducible.py), its secrets."""
+    cache, reads = (), build.builder.reads_cache
+    if run.cache_from and reads == "registry":  # BuildKit asks the registry itself, and says so in its log when it lacks the image
+        cache = (publish.remote_name(run.cache_from, publish.pushed_as(plan, stage)),)
+    elif run.cache_from and reads == "images":
+        cache = tuple(filter(None, [_cache_source(build.client, plan, stage, run.cache_from, view.note)]))
+    return BuildJob(
+        context=build.contexts / stage.name,
+        tag=stage.image,
+        platform=plan.platform,
+        labels=stage_labels(plan, stage),
+        stage=stage.name,
+        log_path=build.log_path,
+        log=functools.partial(view.line, stage.name),
+        progress=progress,
+        nocache=run.no_cache,
+        cache_from=cache,
+        epoch=plan.source_date_epoch,
         timestamp=reproducible.FILE_EPOCH,  # on Podman: its files' times and date, as BuildKit's (reproducible.py)
         step_environment=reproducible.STEP_ENVIRONMENT,
+        secrets=secrets.files(),
+        inline_cache=run.push_stages,  # what another host's --cache-from reads
     )

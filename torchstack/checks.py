@@ -36,6 +36,7 @@ class CheckOutcome:
     reused: bool = False
     seconds: float = 0.0  # how long the run took (none for a pass reused from an earlier run)
     failed: tuple[str, ...] = ()  # the checks that failed, by name
+    output: str = ""  # pytest's report (none for a reused pass)
 
 
 def checks_fingerprint(stage: str, backend: str | None, engine_kind: str = "docker") -> str:
@@ -134,7 +135,6 @@ def run_checks(
     image: str,
     backend: str | None = None,
     stage: str | None = None,
-    quiet: bool = False,
     reuse: bool = False,
     select: str | None = None,
 ) -> CheckOutcome:
@@ -173,11 +173,9 @@ def run_checks(
     seconds = time.monotonic() - started
     output = result.stdout or ""
     summary = _summary(result, output, select, stage)
-    if not quiet:
-        print(output, end="")
     if result.returncode not in (0, 1):
         raise ToolkitError(f"the checks of {image} could not run (pytest exit status {result.returncode})")
     if result.returncode == 0 and not select:
         remember_pass(found.id, fingerprint, summary)
     failed = tuple(line.split()[1].rpartition("::")[2] for line in output.splitlines() if line.startswith(("FAILED ", "ERROR ")))
-    return CheckOutcome(passed=result.returncode == 0, summary=summary, seconds=seconds, failed=failed)
+    return CheckOutcome(passed=result.returncode == 0, summary=summary, seconds=seconds, failed=failed, output=output)

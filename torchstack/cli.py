@@ -13,13 +13,13 @@ from click.core import ParameterSource
 
 from torchstack import __version__, image_commands, sharing
 from torchstack.connection import choose, connect
+from torchstack.engine import builder_for, why_not_reproducible
 from torchstack.errors import DataError, ToolkitError, UsageProblem
 from torchstack.model import COMMAND, Catalog, load_catalog
 from torchstack.options import archive_options, build_options, engine_option, plan_options, request_from, writable_folder
 from torchstack.plan import Request
 from torchstack.planner import make_plan
 from torchstack.reports import backend_details, format_plan
-from torchstack.reproducible import not_reproducible_on
 from torchstack.sharing import Terminated
 
 
@@ -70,7 +70,7 @@ def _print_dry_run(settled) -> None:
     click.echo(format_plan(settled.plan))
     chosen = choose(run.engine)
     click.echo(f"engine        {chosen.describe()}")
-    why_not = not_reproducible_on(chosen.kind, chosen.url, settled.plan.builder)
+    why_not = why_not_reproducible(chosen, settled.plan.builder)
     click.echo(f"reproducible  {'no: ' + why_not if why_not else 'yes: the same request and inputs give the same images'}")
     if run.cache_from:
         click.echo(f"cache from    {run.cache_from}: each stage image above, pulled where this engine lacks it")
@@ -246,8 +246,8 @@ def _bootstrap_command(catalog: Catalog) -> click.Command:
         )
         prerequisites.require(plan, bootstrap=True)
         apt.require_suites(plan.apt)
-        client, _ = connect(choose(engine))
-        image = bootstrap.ensure_base_image(client, plan, force=force)
+        client, chosen = connect(choose(engine))
+        image = bootstrap.ensure_base_image(builder_for(client, chosen, plan.builder), plan, force=force)
         click.echo(image)
 
     return bootstrap_command

@@ -6,8 +6,10 @@ start or install when none answers."""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import docker
@@ -23,12 +25,41 @@ SETUP = "scripts/setup-host.sh"
 
 @dataclass(frozen=True)
 class Engine:
+    """An engine as chosen, then (connect) as it says it is: its release, API versions, image store."""
+
     kind: str  # docker | podman
     url: str  # what the Docker SDK connects to: the engine's API socket
     why: str  # how it was chosen, for the plan and the summary
+    version: str = ""  # its release, as /version says (empty until connected)
+    api_version: str = ""  # the newest API it speaks
+    min_api_version: str = ""  # the oldest API it accepts (Docker 29: 1.44)
+    store: str = ""  # where it keeps images: containerd (Docker's containerd image store), overlay2, ... (podman: its storage driver)
+
+    @property
+    def containerd_store(self) -> bool:
+        """Docker's containerd image store (Docker 29's default on a new install): an image's ID is
+        the digest of its manifest (or index), its size the compressed content's."""
+        return self.kind == "docker" and self.store == "containerd"
+
+    @property
+    def buildkit_default(self) -> bool:
+        """Whether it builds with BuildKit by default: Docker 23 and later."""
+        major = self.version.split(".")[0]
+        return self.kind == "docker" and major.isdigit() and int(major) >= 23
+
+    @property
+    def sizes(self) -> str:
+        """What its image sizes count, in the summary's words."""
+        return "compressed" if self.containerd_store else "unpacked"
 
     def describe(self) -> str:
-        return f"{self.kind} at {self.url} ({self.why})"
+        said = f"{self.kind.capitalize()} {self.version}, {self.store} image store, " if self.version else ""
+        return f"{self.kind} at {self.url} ({said}{self.why})"
+
+    def release(self) -> dict:
+        """What a rebuild must run on to make the same layers (REFERENCE: the two Docker image stores
+        write different layers for the same step): the provenance and the summary record it."""
+        return {"kind": self.kind, "version": self.version, "store": self.store}
 
 
 def podman_socket(environ: Mapping[str, str], uid: int) -> Path:
@@ -89,8 +120,53 @@ def connect(chosen: Engine) -> tuple[docker.DockerClient, Engine]:
                 f"--engine {chosen.kind}, but the engine at {chosen.url} is {kind.capitalize()} "
                 f"{version.get('Version', '')}: point DOCKER_HOST at a {chosen.kind} engine, or drop --engine"
             )
-        chosen = Engine(kind, chosen.url, f"{chosen.why}; the engine says it is {kind.capitalize()}")
-    return client, chosen
+        chosen = replace(chosen, kind=kind, why=f"{chosen.why}; the engine says it is {kind.capitalize()}")
+    try:
+        info = client.info()
+    except (docker.errors.DockerException, OSError) as exc:
+        raise EngineUnavailable(f"the engine at {chosen.url} answers /version but not /info: {str(exc)[:200]}") from None
+    return client, described(chosen, version, info)
+
+
+def described(chosen: Engine, version: dict, info: dict) -> Engine:
+    """`chosen` with what the engine says of itself (/version, /info)."""
+    drivers = dict(tuple(pair) for pair in info.get("DriverStatus") or () if len(pair) == 2)
+    store = "containerd" if "containerd.snapshotter" in str(drivers.get("driver-type", "")) else str(info.get("Driver") or "")
+    return replace(
+        chosen,
+        version=str(version.get("Version") or ""),
+        api_version=str(version.get("ApiVersion") or ""),
+        min_api_version=str(version.get("MinAPIVersion") or ""),
+        store=store,
+    )
+
+
+def _api(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".") if part.isdigit())
+
+
+def cli_refused(chosen: Engine, environ: Mapping[str, str] | None = None) -> str | None:
+    """Why the `docker` command here cannot drive the engine (buildx builds, the checks' `docker exec`):
+    its API is older than the oldest the engine accepts (Debian 12's docker.io 20.10 speaks 1.41,
+    Docker 29 accepts 1.44 and later); None where it can, or where there is no such floor."""
+    if chosen.kind != "docker" or not chosen.min_api_version:
+        return None
+    cli = shutil.which("docker")
+    if cli is None:
+        return None  # prerequisites names what is missing
+    said = subprocess.run(
+        [cli, "version", "--format", "{{.Client.APIVersion}}"],
+        capture_output=True,
+        text=True,
+        env={**(os.environ if environ is None else environ), "DOCKER_HOST": chosen.url},
+    ).stdout.strip()
+    if said and _api(said) < _api(chosen.min_api_version):
+        return (
+            f"the docker command here ({cli}) speaks API {said}, and the engine at {chosen.url} (Docker {chosen.version}) "
+            f"accepts {chosen.min_api_version} and later: install the Docker CLI of the engine's release "
+            "(docker-cli, docker-ce-cli) or put it first on PATH"
+        )
+    return None
 
 
 def unreachable(chosen: Engine, exc: Exception) -> str:

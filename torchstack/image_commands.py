@@ -9,7 +9,7 @@ import click
 import docker.errors
 
 from torchstack import sharing, tags
-from torchstack.connection import choose, connect
+from torchstack.connection import choose, cli_refused, connect
 from torchstack.errors import ToolkitError, UsageProblem
 from torchstack.model import Catalog
 from torchstack.options import engine_option, writable_folder
@@ -119,7 +119,11 @@ def test_command(catalog: Catalog) -> click.Command:
         # A check run killed outright (SIGKILL) leaves its containers: the next run removes them.
         for line in sharing.sweep(client, state_dir() / "contexts"):
             click.echo(line, err=True)
+        refused = cli_refused(chosen)
+        if refused:
+            raise UsageProblem(refused)
         result = checks.run_checks(client, chosen, catalog, image, backend=backend, stage=stage, select=select)
+        print(result.output, end="")
         if not result.passed:
             raise ToolkitError(f"{image}: {result.summary}")
         click.echo(f"{image}: {result.summary} in {result.seconds:.0f} s")

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from torchstack.connection import ENGINES, Engine, choose, refuse_for
+from torchstack import engine
+from torchstack.connection import ENGINES, choose, refuse_for
 from torchstack.errors import UsageProblem
 from torchstack.model import Catalog
 from torchstack.plan import Request
@@ -301,21 +302,6 @@ def publish_options(func):
     return wrapper
 
 
-def _resolve_builder(choice: str, methods: dict[str, str], chosen: Engine) -> str:
-    """auto: BuildKit wherever the engine has it as its default (Docker 23 and later) and buildx is
-    installed, and for a PyTorch compile on any Docker engine (its compiler cache mount); the legacy
-    builder where the engine offers nothing else (Docker 20.10 without buildx, Podman's API)."""
-    if choice != "auto":
-        return choice
-    if chosen.kind == "podman":
-        return "docker"  # Podman's builder, behind the legacy build API
-    from torchstack.engine import buildkit_by_default, buildx_available
-
-    if not buildx_available():
-        return "docker"
-    return "buildx" if methods.get("torch", "source") == "source" or buildkit_by_default(chosen.url) else "docker"
-
-
 def request_from(options: dict) -> Request:
     methods = {k.removeprefix("from_"): v for k, v in options.items() if k.startswith("from_") and v != "source"}
     builder = options["builder"]
@@ -327,7 +313,7 @@ def request_from(options: dict) -> Request:
                 raise UsageProblem(f"--{option.replace('_', '-')} {why}: use it with --builder buildx (or auto)")
             builder = "buildx"
     return Request(
-        builder=_resolve_builder(builder, methods, chosen),
+        builder=engine.resolve(builder, methods.get("torch", "source") == "source", chosen),
         build_type=options["build_type"],
         backend=options["backend"],
         build_target=options["build_target"],

@@ -17,6 +17,7 @@ from pathlib import Path
 from torchstack import (
     archive,
     building,
+    buildkit,
     checks,
     connection,
     engine,
@@ -27,14 +28,14 @@ from torchstack import (
     signing,
     sources,
 )
-from torchstack.errors import ChecksFailed
+from torchstack.engine import BuildRun
+from torchstack.errors import ChecksFailed, HostNotReady
 from torchstack.metadata import torch_defects
 from torchstack.model import Catalog
 from torchstack.plan import RELEASE_STAGE, Plan
 from torchstack.progress import BuildView, StageReport, summary_table, write_json
 from torchstack.release import CONTENT_LABEL, add_records, gate, probe, published, refresh
 from torchstack.render import BuildSecrets
-from torchstack.reproducible import not_reproducible_on
 from torchstack.run_options import RunOptions
 from torchstack.sbom import BUILD_INFO_LABEL
 from torchstack.settle import Settled
@@ -74,30 +75,22 @@ class _Release:
     security: str = "not checked (no release image)"  # the release gate's answer
 
 
-def _check_and_tag(
-    client, chosen, catalog: Catalog, plan: Plan, run: RunOptions, view: BuildView, contexts: Path, log_path: Path
-) -> _Release:
+def _check_and_tag(build: BuildRun, catalog: Catalog, plan: Plan, run: RunOptions, view: BuildView) -> _Release:
     """The top stage's image (the release stage's: made current, with its records), checked,
     then given its tag: never before its checks and the security gate pass."""
-    top = plan.stages[-1]
+    top, client = plan.stages[-1], build.client
     checked, sbom_path, upgrades = top.image, None, []
     if top.name == RELEASE_STAGE:
-        refreshed, upgrades = refresh(client, plan, top.image, contexts / "refresh", log_path, view.note)
-        checked, sbom_path = add_records(client, plan, refreshed, contexts / "sbom", log_path, view.note)
+        refreshed, upgrades = refresh(build, plan, top.image)
+        checked, sbom_path = add_records(build, plan, refreshed)
     done = _Release(
         image_id=client.images.get(checked).id, checks="not run (--no-test)", sbom=sbom_path, upgraded=[str(u) for u in upgrades]
     )
     if not run.no_test:
         view.note(f"torchstack: checking {top.image}" + (f" with its SBOM ({checked[:19]})" if checked != top.image else ""))
-        outcome = checks.run_checks(
-            client,
-            chosen,
-            catalog,
-            checked,
-            backend=plan.backend.name,
-            quiet=run.quiet,
-            reuse=not run.recheck,
-        )
+        outcome = checks.run_checks(client, build.engine, catalog, checked, backend=plan.backend.name, reuse=not run.recheck)
+        if not run.quiet:
+            print(outcome.output, end="")
         done.checks, done.checks_seconds = outcome.summary, outcome.seconds
         if outcome.reused:
             done.checks += " (earlier, on this same image ID with the same checks; --recheck runs them again)"
@@ -160,7 +153,7 @@ def _summary(plan: Plan, chosen, release: _Release, pushed: list, signed: list, 
     images' SOURCE_DATE_EPOCH, the archive's state, the OS image) or why this engine cannot."""
     return {
         "release_tag": plan.release_tag,
-        "engine": {"kind": chosen.kind, "url": chosen.url, "chosen_by": chosen.why},
+        "engine": {**chosen.release(), "url": chosen.url, "chosen_by": chosen.why, "sizes": chosen.sizes},
         "final_image": plan.final_image if plan.stages[-1].name == RELEASE_STAGE else None,
         "image_id": release.image_id,  # what the release (or top stage's) tag was given
         "arch": plan.arch.name,
@@ -181,15 +174,15 @@ def _summary(plan: Plan, chosen, release: _Release, pushed: list, signed: list, 
 
 
 def _publish(
-    client, chosen, plan: Plan, run: RunOptions, pushes: list, release: _Release, began: datetime, note, record: dict
+    build: BuildRun, plan: Plan, run: RunOptions, pushes: list, release: _Release, began: datetime, record: dict
 ) -> tuple[list, list]:
     """The pushes, then with --sign the pushed release image signed, its SBOM and provenance attested.
     The release tag moves to each new image, and a dated tag (TAG-YYYYMMDDHHMM) names it for good;
     a release the registry already holds under its tag (a scheduled rebuild that changed nothing)
     is neither pushed nor signed again. --compression zstd applies to the release image; the stages
     stay gzip, for the engines that take them as --cache-from (Docker 20.10 pulls no zstd)."""
-    kind = chosen.kind
-    zstd_from = chosen.url if run.compression == "zstd" else None
+    client, kind, note = build.client, build.engine.kind, build.note
+    zstd_from = build.engine.url if run.compression == "zstd" else None
     if pushes and plan.stages[-1].name == RELEASE_STAGE:
         local, remote = pushes[-1]
         if published(remote, client.images.get(release.image_id).labels.get(CONTENT_LABEL)):
@@ -213,11 +206,8 @@ def _publish(
         publish.check_registry(run.registry),
         run.sign,
         release.sbom,
-        record["base_image_id"],
-        kind,
+        record,
         began,
-        record["archive"],
-        record["why_not"],
     )
     note(f"torchstack: signed {signed['reference']}, with its SBOM and provenance attested (cosign, no transparency log)")
     return pushed, [signed]
@@ -228,7 +218,7 @@ def _ccache_mover(plan: Plan, run: RunOptions, base: str):
     if not run.ccache_dir:
         return None
     return functools.partial(
-        engine.move_ccache,
+        buildkit.move_cache,
         folder=run.ccache_dir,
         image=base,
         platform=plan.platform,
@@ -238,12 +228,24 @@ def _ccache_mover(plan: Plan, run: RunOptions, base: str):
     )
 
 
+def _builder(client, chosen: connection.Engine, plan: Plan, run: RunOptions) -> engine.Builder:
+    """The plan's builder on the engine as it answered; refused in one line where the `docker` command
+    here cannot drive it (BuildKit's builds and the checks go through it)."""
+    builder = engine.builder_for(client, chosen, plan.builder, run.buildx_builder)
+    if builder.name == "buildkit" or not run.no_test:
+        refused = connection.cli_refused(chosen)
+        if refused:
+            raise HostNotReady(refused)
+    return builder
+
+
 def run_build(catalog: Catalog, settled: Settled) -> Plan:
     """Carry out a settled build (settle.py): what only the engine and the host can say is checked
     here, before any stage is built."""
     plan, run, pushes = settled.plan, settled.run, list(settled.pushes)
     client, chosen = connection.connect(connection.choose(run.engine))
     connection.refuse_for(chosen.kind, run.engine_refusals(plan.builder))
+    builder = _builder(client, chosen, plan, run)
     cleaned = sharing.sweep(client, sources.state_dir() / "contexts")
     base_missing = not engine.image_exists(client, plan.base_image)
     prerequisites.require(plan, bootstrap=base_missing and plan.base_is_bootstrapped)
@@ -251,7 +253,8 @@ def run_build(catalog: Catalog, settled: Settled) -> Plan:
         "source_date_epoch": plan.source_date_epoch,
         "archive": archive.require_suites(plan.apt) if plan.base_is_bootstrapped else [],
         "debian_snapshot": plan.apt.snapshot.timestamp if plan.apt.snapshot else None,
-        "why_not": not_reproducible_on(chosen.kind, chosen.url, plan.builder),
+        "why_not": builder.why_not_reproducible(),
+        "engine": chosen.release(),  # the same steps make other layers on another release or image store
     }
     cpu_notes = prerequisites.require_cpu_for_checks(plan, checks=not run.no_test)
     source_files = sources.fetch_plan_sources(plan, run.source_mirror)
@@ -264,24 +267,25 @@ def run_build(catalog: Catalog, settled: Settled) -> Plan:
     started, began = time.monotonic(), datetime.now(timezone.utc)
 
     with _run_scope(client, run, contexts) as secrets, BuildView(reports, log_path, run.quiet) as view:
+        build = BuildRun(builder, contexts, log_path, view.note)
         _say_first(view, plan, run, chosen, [*cleaned, *settled.notes, *cpu_notes], base_missing, record["why_not"])
         with building.lock(chosen, plan.base_image, view):
-            base = building.base_image(client, plan, run, view)
+            base = building.base_image(build, plan, run)
         record["base_image_id"] = client.images.get(base).id
         view.note(f"torchstack: base image {base}")
         ccache = _ccache_mover(plan, run, base)
         if ccache:
             ccache("in")
             view.note(f"torchstack: compiler cache loaded from {run.ccache_dir}")
-        building.build_stages(client, chosen, plan, run, reports, view, contexts, source_files, secrets, log_path)
+        building.build_stages(build, plan, run, reports, view, source_files, secrets)
         if ccache:
             ccache("out")
             view.note(f"torchstack: compiler cache saved to {run.ccache_dir}")
         # Equal runs at once: the second waits, then finds the same image and the first's checks.
         with building.lock(chosen, f"{plan.top_image} release", view):
-            release = _check_and_tag(client, chosen, catalog, plan, run, view, contexts, log_path)
+            release = _check_and_tag(build, catalog, plan, run, view)
         reports[-1].tags.append(plan.top_image)
-        pushed, signed = _publish(client, chosen, plan, run, pushes, release, began, view.note, record)
+        pushed, signed = _publish(build, plan, run, pushes, release, began, record)
 
     summary = _summary(plan, chosen, release, pushed, signed, time.monotonic() - started, log_path, record)
     if run.json_file:

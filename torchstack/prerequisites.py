@@ -6,8 +6,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from torchstack import host
-from torchstack.engine import buildx_available
+from torchstack import buildkit, host
 from torchstack.errors import HostNotReady, UsageProblem
 from torchstack.model import COMMAND
 from torchstack.plan import RELEASE_STAGE, Plan
@@ -52,7 +51,7 @@ def missing_for(plan: Plan, bootstrap: bool) -> list[Missing]:
                 "apt-get install arch-test",
             )
         )
-    if plan.builder == "buildx" and not buildx_available():
+    if plan.builder == "buildx" and not buildkit.available():
         missing.append(
             Missing(
                 "docker buildx, for --builder buildx",

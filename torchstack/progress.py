@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from torchstack.engine import BuildProgress
+from torchstack.buildjob import BuildProgress
 from torchstack.errors import ToolkitError
 
 

@@ -44,21 +44,15 @@ def inputs(plan: Plan, base_id: str, archive_state: list[dict] = ()) -> list[dic
     return found
 
 
-def predicate(
-    plan: Plan,
-    info: dict,
-    base_id: str,
-    engine: str,
-    started: datetime,
-    finished: datetime,
-    archive_state: list[dict] = (),
-    why_not: str | None = None,
-) -> dict:
+def predicate(plan: Plan, info: dict, record: dict, started: datetime, finished: datetime) -> dict:
     """The provenance predicate of the release image `plan` describes. externalParameters is what
     was asked for, with the images' SOURCE_DATE_EPOCH; internalParameters the image's whole
     build-info `info`, as its label holds it (the versions read from the image: what `verify`
-    compares the image against); runDetails when and how it ran, and `why_not` where this engine's
-    images cannot be made again bit for bit (reproducible.not_reproducible)."""
+    compares the image against); runDetails when and how it ran. `record` is the build's record of
+    what makes it again (pipeline.run_build): the OS image's ID, the archive's state, the engine
+    (kind, release, image store: another store makes other layers of the same steps), and why_not
+    where this engine's images cannot be made again bit for bit (engine.Builder.why_not_reproducible)."""
+    why_not = record.get("why_not")
     return {
         "buildDefinition": {
             "buildType": BUILD_TYPE,
@@ -77,14 +71,14 @@ def predicate(
                 "debian_snapshot": plan.apt.snapshot.timestamp if plan.apt.snapshot else None,
             },
             "internalParameters": {"build_info": info, "reproducible": {"claimed": why_not is None, "why_not": why_not}},
-            "resolvedDependencies": inputs(plan, base_id, archive_state),
+            "resolvedDependencies": inputs(plan, record["base_image_id"], record.get("archive", ())),
         },
         "runDetails": {
             "builder": {
                 "id": BUILDER_ID,
                 "version": {
                     "torchstack": toolkit_revision()["revision"] or toolkit_revision()["version"],
-                    "engine": engine,
+                    "engine": record.get("engine") or {},
                     "builder": plan.builder,
                 },
             },

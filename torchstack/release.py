@@ -20,7 +20,9 @@ from pathlib import Path
 
 import docker.errors
 
-from torchstack import archive, engine, layout, registry, reproducible, sbom, sharing, sources
+from torchstack import archive, layout, registry, reproducible, sbom, sharing, sources
+from torchstack.buildjob import BuildJob, BuildResult
+from torchstack.engine import BuildRun
 from torchstack.errors import ToolkitError
 from torchstack.plan import Plan
 from torchstack.render import records_dockerfile, refresh_context
@@ -34,9 +36,10 @@ class SecurityUpdatesPending(ToolkitError):
     """The release gate: an installed package has a newer version in the -security suite."""
 
 
-def refresh(client, plan: Plan, image: str, context: Path, log_path: Path, note) -> tuple[str, list[archive.Upgrade]]:
+def refresh(build: BuildRun, plan: Plan, image: str) -> tuple[str, list[archive.Upgrade]]:
     """The final stage's `image` with what the plan's suites hold newer (one layer), and those
     upgrades; `image` itself with --no-security-updates or a --base-image of the user's."""
+    client = build.client
     found = client.images.get(image)
     if not plan.apt.updates or not plan.base_is_bootstrapped:
         return found.id, []
@@ -44,11 +47,12 @@ def refresh(client, plan: Plan, image: str, context: Path, log_path: Path, note)
         upgrades = archive.newer(archive.installed(client, found.id), plan.apt.suites, plan.arch.debian, plan.apt.keyring)
     except archive.ArchiveUnreachable as exc:
         raise ToolkitError(f"the Debian suites could not be read to bring the image up to date ({exc}); no tag was applied") from None
-    with _buildable(client, plan, found.id) as base:
+    context = build.contexts / "refresh"
+    with _buildable(build, found.id) as base:
         refresh_context(plan, base, [f"{u.package}={u.available}" for u in upgrades], context)
-        result = _build_layer(client, plan, context, {}, "refresh", log_path, reproducible.FILE_EPOCH)
+        result = _build_layer(build, plan, context, {}, reproducible.FILE_EPOCH)
     if upgrades:
-        note(
+        build.note(
             f"torchstack: {archive.describe(upgrades, 'its suites')}: upgraded in the image's last layer"
             + (" (from the engine's cache)" if result.cached else "")
         )
@@ -56,44 +60,38 @@ def refresh(client, plan: Plan, image: str, context: Path, log_path: Path, note)
 
 
 @contextlib.contextmanager
-def _buildable(client, plan: Plan, image_id: str) -> Iterator[str]:
-    """A name to build FROM the image `image_id`: the ID itself for the engine's API; for BuildKit,
-    which reads an ID as a registry's name, a tag of this run's own, removed after the build."""
-    if plan.builder != "buildx":
+def _buildable(build: BuildRun, image_id: str) -> Iterator[str]:
+    """A name to build FROM the image `image_id`: the ID itself where the builder reads IDs; for
+    BuildKit, which reads an ID as a registry's name, a tag of this run's own, removed after the build."""
+    if build.builder.builds_from_ids:
         yield image_id
         return
     name = sharing.work_tag()
-    client.images.get(image_id).tag(*name.split(":"))
+    build.client.images.get(image_id).tag(*name.split(":"))
     try:
         yield name
     finally:
         with contextlib.suppress(docker.errors.APIError):
-            client.images.remove(name, noprune=True)
+            build.client.images.remove(name, noprune=True)
 
 
-def _build_layer(client, plan: Plan, context: Path, labels: dict[str, str], stage: str, log_path: Path, dated: int) -> engine.BuildResult:
-    """One layer on an image of this engine (the context's Dockerfile names it, _buildable), untagged: by
-    BuildKit with the plan's SOURCE_DATE_EPOCH where the stages were, else by the engine's API (Podman's:
-    `dated`, its files' times too; the refresh's is FILE_EPOCH, as the stages', which its cache ignores)."""
-    progress = engine.BuildProgress()
-    if plan.builder == "buildx":
-        return engine.build_image_buildx(
-            context, None, plan.platform, labels, False, {}, lambda line: None, progress, stage, log_path, epoch=plan.source_date_epoch
-        )
-    return engine.build_image(
-        client,
+def _build_layer(build: BuildRun, plan: Plan, context: Path, labels: dict[str, str], dated: int) -> BuildResult:
+    """One layer on an image of this engine (the context's Dockerfile names it, _buildable), untagged,
+    dated by the plan's SOURCE_DATE_EPOCH where the builder takes it (BuildKit), by `dated` where it
+    stamps the files' times too (Podman: the refresh's is FILE_EPOCH, as the stages', which its cache
+    ignores); named after its context folder in errors."""
+    job = BuildJob(
         context,
         None,
         plan.platform,
         labels,
-        False,
-        lambda line: None,
-        progress,
-        stage,
-        log_path,
+        context.name,
+        build.log_path,
+        epoch=plan.source_date_epoch,
         timestamp=dated,
         step_environment=reproducible.STEP_ENVIRONMENT,
     )
+    return build.builder.build(job)
 
 
 def gate(client, plan: Plan, image: str) -> str:
@@ -131,11 +129,12 @@ def confirmed(info: dict, found: dict) -> dict:
     return {**info, "components": components}
 
 
-def add_records(client, plan: Plan, image: str, context: Path, log_path: Path, note) -> tuple[str, Path]:
+def add_records(build: BuildRun, plan: Plan, image: str) -> tuple[str, Path]:
     """`image` with its records as one more layer: the build-info (label and file) with the
     versions it holds, its SBOM (sbom.SBOM), and the digest of both (CONTENT_LABEL). The release
     image's ID, untagged until its checks pass, and the SBOM's copy next to the build log. Made
     once per image ID; the layer comes from the engine's cache when nothing changed."""
+    client, context = build.client, build.contexts / "sbom"
     found = client.images.get(image)
     # Dated by the plan: an image ID of Podman's, dated FILE_EPOCH, is made for many SOURCE_DATE_EPOCHs.
     cached = sources.state_dir() / "sbom" / f"{found.id.removeprefix('sha256:')}-{plan.source_date_epoch}-records.json"
@@ -153,12 +152,12 @@ def add_records(client, plan: Plan, image: str, context: Path, log_path: Path, n
     (context / "records" / "sbom.cdx.json").write_text(text)
     (context / "records" / "build-info.json").write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
     labels = {sbom.BUILD_INFO_LABEL: json.dumps(info, sort_keys=True), CONTENT_LABEL: content}
-    with _buildable(client, plan, found.id) as base:
+    with _buildable(build, found.id) as base:
         (context / "Dockerfile").write_text(records_dockerfile(plan, base, sbom.SBOM))
         reproducible.set_times(context)
-        result = _build_layer(client, plan, context, labels, "sbom", log_path, plan.source_date_epoch)
-    path = sbom.write(text, log_path.with_suffix(".sbom.cdx.json"))
-    note(
+        result = _build_layer(build, plan, context, labels, plan.source_date_epoch)
+    path = sbom.write(text, build.log_path.with_suffix(".sbom.cdx.json"))
+    build.note(
         f"torchstack: SBOM ({described['format']}: {described['python_packages']} Python packages, "
         f"{described['debian_packages']} Debian packages) at {sbom.SBOM} in the image, and {path}"
     )

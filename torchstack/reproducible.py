@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
-from torchstack.engine import buildkit_by_default
 from torchstack.errors import UsageProblem
 
 RELEASED = 1795305600  # 2026-11-22: torchstack 0.1.0 (r26.11), for an installed toolkit without its git history
@@ -41,11 +40,6 @@ def clamping_shell() -> str:
     )
 
 
-def not_reproducible_on(kind: str, url: str, builder: str) -> str | None:
-    """not_reproducible for the engine of `kind` at `url`, asked whether it is a current Docker."""
-    return not_reproducible(kind, builder, kind == "docker" and buildkit_by_default(url))
-
-
 def source_date_epoch(toolkit: dict, environ: Mapping[str, str] = os.environ) -> tuple[int, str]:
     """The build's SOURCE_DATE_EPOCH and where it comes from, in words; `toolkit` is
     metadata.toolkit_revision()."""
@@ -61,25 +55,6 @@ def source_date_epoch(toolkit: dict, environ: Mapping[str, str] = os.environ) ->
 
 def described(epoch: int) -> str:
     return f"{epoch} ({datetime.fromtimestamp(epoch, timezone.utc):%Y-%m-%d %H:%M:%S} UTC)"
-
-
-def not_reproducible(kind: str, builder: str, current_docker: bool) -> str | None:
-    """Why this engine's builds cannot be made again bit for bit; None where they can. BuildKit
-    of Docker 23 and later (`current_docker`) takes SOURCE_DATE_EPOCH for the image's dates and
-    the Dockerfiles clamp the files' times; Podman builds in the OCI format, every date given
-    (engine.build_image's timestamp). Docker's legacy builder, and the BuildKit of older Docker
-    releases, stamp the clock on every image they make."""
-    if kind == "docker" and builder == "buildx" and not current_docker:
-        return (
-            "this Docker release's BuildKit predates SOURCE_DATE_EPOCH (Docker 23 and later have it): "
-            "it stamps the build's clock on every image"
-        )
-    if kind == "docker" and builder != "buildx":
-        return (
-            "Docker's legacy builder stamps the build's clock on every image: two builds of one request differ "
-            "(BuildKit, the default builder of Docker 23 and later, does not)"
-        )
-    return None
 
 
 def set_times(folder: Path) -> None:

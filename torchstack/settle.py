@@ -6,7 +6,7 @@ import dataclasses
 import shutil
 from collections.abc import Mapping
 
-from torchstack import engine, publish, registry, requirements, signing, sources
+from torchstack import buildkit, publish, registry, requirements, signing, sources
 from torchstack.errors import HostNotReady, ToolkitError, UsageProblem
 from torchstack.model import Catalog
 from torchstack.options import check_json_file, request_from
@@ -34,7 +34,7 @@ def settle(catalog: Catalog, options: Mapping[str, object]) -> Settled:
     check_json_file(run.json_file)
     request = request_from(options)
     _check_publishing(run)
-    if run.buildx_builder and not engine.buildx_builder_exists(run.buildx_builder):
+    if run.buildx_builder and not buildkit.builder_exists(run.buildx_builder):
         raise UsageProblem(f"--buildx-builder {run.buildx_builder}: no such builder (see `docker buildx ls`)")
     first = make_plan(catalog, request)  # what to fetch: the wheel and plugins for its architecture and Python
     if run.sign:

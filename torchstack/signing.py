@@ -113,17 +113,14 @@ def sign_release(
     registry_name: str,
     key: str,
     sbom: Path | None,
-    base_id: str,
-    engine: str,
+    record: dict,
     started: datetime,
-    archive_state: list[dict] = (),
-    why_not: str | None = None,
 ) -> dict:
     """--sign: the release image as pushed (by digest), signed, with its SBOM and its provenance
-    (with `info`, the image's build-info label, and the archive's state the build read) attested."""
+    (with `info`, the image's build-info label, and `record`, what makes the build again) attested."""
     remote = f"{registry_name}/{plan.top_image}"
     done = next(p for p in pushed if p.reference == remote)
-    predicate = provenance.predicate(plan, info, base_id, engine, started, datetime.now(timezone.utc), archive_state, why_not)
+    predicate = provenance.predicate(plan, info, record, started, datetime.now(timezone.utc))
     return sign(f"{remote.rpartition(':')[0]}@{done.digest}", key, sbom, predicate)
 
 

@@ -5,18 +5,26 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from torchstack.buildjob import BuildJob
+from torchstack.buildkit import buildx_command, ccache_dockerfile
 from torchstack.cli import make_cli
-from torchstack.engine import buildx_command, ccache_dockerfile
+
+
+def job(context: str, tag: str, platform: str = "linux/amd64", labels: dict | None = None, **given) -> BuildJob:
+    return BuildJob(Path(context), tag, platform, labels or {}, "stage", Path("/log"), **given)
 
 
 def test_a_stage_is_built_and_loaded_back_with_its_secrets_and_labels():
-    command = buildx_command(Path("/ctx/libs"), "torchstack-libs:t", "linux/arm64", {"a": "1"}, False, {"ca-bundle": Path("/run/ca.pem")})
+    secrets = {"ca-bundle": Path("/run/ca.pem")}
+    command = buildx_command(job("/ctx/libs", "torchstack-libs:t", "linux/arm64", labels={"a": "1"}, secrets=secrets))
     assert command == [
         "docker",
         "buildx",
         "build",
         "--progress=plain",
         "--load",
+        "--provenance=false",
+        "--sbom=false",
         "--tag",
         "torchstack-libs:t",
         "--platform",
@@ -34,20 +42,18 @@ def test_a_stage_is_built_and_loaded_back_with_its_secrets_and_labels():
 def test_only_a_stage_pushed_for_other_hosts_carries_its_cache_record():
     """BuildKit's inline cache record holds the times its layers were made: only the stages
     --push-stages sends for another host's --cache-from carry it."""
-    plain = buildx_command(Path("/ctx/libs"), "t:1", "linux/amd64", {}, False, {})
-    pushed = buildx_command(Path("/ctx/libs"), "t:1", "linux/amd64", {}, False, {}, inline_cache=True)
+    plain = buildx_command(job("/ctx/libs", "t:1"))
+    pushed = buildx_command(job("/ctx/libs", "t:1", inline_cache=True))
     assert "--cache-to" not in plain and pushed[pushed.index("--cache-to") + 1] == "type=inline"
 
 
 def test_with_a_cache_registry_each_stage_imports_its_image_there_as_cache():
-    command = buildx_command(
-        Path("/ctx/tools"), "torchstack-tools:x", "linux/amd64", {}, False, {}, cache_from=["ghcr.io/acme/torchstack-tools:x"]
-    )
+    command = buildx_command(job("/ctx/tools", "torchstack-tools:x", cache_from=("ghcr.io/acme/torchstack-tools:x",)))
     assert command[command.index("--cache-from") + 1] == "type=registry,ref=ghcr.io/acme/torchstack-tools:x"
 
 
 def test_a_named_builder_builds_it_and_the_image_still_comes_back_here():
-    command = buildx_command(Path("/ctx/final"), "t:1", "linux/amd64", {}, True, {}, builder="fleet")
+    command = buildx_command(job("/ctx/final", "t:1", nocache=True), builder="fleet")
     assert command[command.index("--builder") + 1] == "fleet" and "--load" in command and "--no-cache" in command
 
 
@@ -57,7 +63,7 @@ def test_a_builder_name_with_the_legacy_builder_is_refused(catalog):
 
 
 def test_a_builder_name_picks_buildkit(catalog, monkeypatch):
-    monkeypatch.setattr("torchstack.engine.buildx_builder_exists", lambda name: name == "fleet")
+    monkeypatch.setattr("torchstack.buildkit.builder_exists", lambda name: name == "fleet")
     result = CliRunner().invoke(make_cli(catalog), ["--dry-run", "--backend", "onednn", "--buildx-builder", "fleet"])
     assert result.exit_code == 0 and "builder       buildx" in result.output, result.output
 

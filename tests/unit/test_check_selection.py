@@ -72,18 +72,18 @@ def selection_tree(tmp_path, monkeypatch):
 
 def test_a_selection_runs_only_the_named_checks_and_records_no_pass(catalog, tmp_path, monkeypatch):
     client = selection_tree(tmp_path, monkeypatch)
-    selected = checks.run_checks(client, DOCKER, catalog, "any", quiet=True, select="passes")
+    selected = checks.run_checks(client, DOCKER, catalog, "any", select="passes")
     assert selected.passed and selected.summary == "1 passed, 1 deselected", selected
     assert not (tmp_path / "cache" / "checks").exists(), "a selection vouches for the selected checks only"
-    assert not checks.run_checks(client, DOCKER, catalog, "any", quiet=True, select="fails").passed
+    assert not checks.run_checks(client, DOCKER, catalog, "any", select="fails").passed
     # Nor does a selection take an earlier pass of the whole set for its own.
     checks.remember_pass("sha256:aa", checks.checks_fingerprint("final", None), "2 passed")
-    assert not checks.run_checks(client, DOCKER, catalog, "any", quiet=True, reuse=True, select="fails").passed
+    assert not checks.run_checks(client, DOCKER, catalog, "any", reuse=True, select="fails").passed
 
 
 def test_a_selection_of_nothing_or_no_expression_is_a_usage_error(catalog, tmp_path, monkeypatch):
     client = selection_tree(tmp_path, monkeypatch)
     with pytest.raises(UsageProblem, match="-k 'no_such_check' selects none of the checks of a final image"):
-        checks.run_checks(client, DOCKER, catalog, "any", quiet=True, select="no_such_check")
+        checks.run_checks(client, DOCKER, catalog, "any", select="no_such_check")
     with pytest.raises(UsageProblem, match=r"^-k 'passes and \(': "):
-        checks.run_checks(client, DOCKER, catalog, "any", quiet=True, select="passes and (")
+        checks.run_checks(client, DOCKER, catalog, "any", select="passes and (")

@@ -1,5 +1,6 @@
 """Which engine the toolkit talks to, what Podman refuses, and the lines a missing engine gives."""
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -93,7 +94,7 @@ def test_what_podman_cannot_do_is_refused_before_any_work(cli, args, message):
 
 
 def test_with_podman_the_builder_is_the_legacy_api_even_for_a_torch_compile(cli, monkeypatch):
-    monkeypatch.setattr("torchstack.engine.buildx_available", lambda: True)
+    monkeypatch.setattr("torchstack.buildkit.available", lambda: True)
     result = CliRunner().invoke(cli, ["--engine", "podman", "--dry-run", "--release", "r26.11"])
     assert result.exit_code == 0, result.output
     assert "builder       docker\n" in result.output
@@ -122,7 +123,7 @@ def test_a_wheel_build_takes_buildkit_where_the_engine_builds_with_it_by_default
                 raise connection.docker.errors.DockerException("no engine")
             return {"Version": engine_version, "Components": [{"Name": "Engine"}]}
 
-    monkeypatch.setattr("torchstack.engine.buildx_available", lambda: buildx)
+    monkeypatch.setattr("torchstack.buildkit.available", lambda: buildx)
     monkeypatch.setattr("torchstack.engine.docker.DockerClient", Client)
     result = CliRunner().invoke(cli, ["plan", "--engine", "docker", "--torch-from", "wheel", "--openblas-from", "distro"])
     assert result.exit_code == 0, result.output
@@ -173,13 +174,47 @@ def test_an_engine_that_is_not_the_one_asked_for_is_one_line(monkeypatch):
             pass
 
         def version(self):
-            return {"Components": [{"Name": "Podman Engine"}], "Version": "4.3.1"}
+            return {"Components": [{"Name": "Podman Engine"}], "Version": "4.3.1", "ApiVersion": "1.41", "MinAPIVersion": "1.24"}
+
+        def info(self):
+            return {"Driver": "overlay"}
 
     monkeypatch.setattr(connection.docker, "DockerClient", Client)
     with pytest.raises(connection.UsageProblem, match="--engine docker, but the engine at unix:///x.sock is Podman 4.3.1"):
         connection.connect(Engine("docker", "unix:///x.sock", "--engine docker, DOCKER_HOST"))
     _, found = connection.connect(Engine("docker", "unix:///x.sock", "DOCKER_HOST"))
-    assert found == Engine("podman", "unix:///x.sock", "DOCKER_HOST; the engine says it is Podman")
+    said = Engine("podman", "unix:///x.sock", "DOCKER_HOST; the engine says it is Podman", "4.3.1", "1.41", "1.24", "overlay")
+    assert found == said
+
+
+CONTAINERD_INFO = {"Driver": "overlayfs", "DriverStatus": [["driver-type", "io.containerd.snapshotter.v1"]]}
+
+
+@pytest.mark.parametrize(
+    ("version", "info", "store", "sizes", "buildkit"),
+    [
+        ("29.1.3", CONTAINERD_INFO, "containerd", "compressed", True),  # a new install of Docker 29
+        ("28.5.2+dfsg4", {"Driver": "overlay2", "DriverStatus": [["Backing Filesystem", "extfs"]]}, "overlay2", "unpacked", True),
+        ("20.10.24+dfsg1", {"Driver": "overlay2"}, "overlay2", "unpacked", False),  # Debian 12's docker.io
+    ],
+)
+def test_the_engine_says_once_where_it_keeps_images_and_what_its_sizes_count(version, info, store, sizes, buildkit):
+    found = connection.described(Engine("docker", "unix:///x.sock", "test"), {"Version": version, "MinAPIVersion": "1.44"}, info)
+    assert (found.store, found.containerd_store, found.sizes, found.buildkit_default) == (store, store == "containerd", sizes, buildkit)
+    assert found.release() == {"kind": "docker", "version": version, "store": store}
+
+
+def test_a_docker_command_older_than_the_engines_api_floor_is_refused_in_one_line(monkeypatch, tmp_path):
+    """Debian 12's docker.io 20.10 speaks API 1.41; Docker 29 accepts 1.44 and later: buildx and the
+    checks' `docker exec` would each fail midway."""
+    cli = tmp_path / "docker"
+    cli.write_text("#!/bin/sh\necho 1.41\n")
+    cli.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    engine = Engine("docker", "unix:///x.sock", "test", "29.1.3", "1.52", "1.44", "containerd")
+    refused = connection.cli_refused(engine)
+    assert refused and "speaks API 1.41" in refused and "accepts 1.44 and later" in refused, refused
+    assert connection.cli_refused(dataclasses.replace(engine, min_api_version="1.24")) is None
 
 
 @pytest.mark.parametrize(

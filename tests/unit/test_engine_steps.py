@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from torchstack.engine import BuildProgress, build_image
+from torchstack.buildjob import BuildJob
+from torchstack.connection import Engine
+from torchstack.engine import LegacyBuilder
 from torchstack.oci_build import oci_dockerfile
 
 
@@ -39,9 +41,8 @@ def stream(*steps: tuple[str, bool]) -> list[dict]:
 
 
 def build(chunks) -> tuple:
-    return build_image(
-        FakeClient(chunks), Path("/ctx"), "t:1", "linux/amd64", {}, False, lambda line: None, BuildProgress(), "tools", Path("/log")
-    )
+    builder = LegacyBuilder(FakeClient(chunks), Engine("docker", "unix:///x.sock", "test"))
+    return builder.build(BuildJob(Path("/ctx"), "t:1", "linux/amd64", {}, "tools", Path("/log")))
 
 
 def test_the_steps_that_ran_are_named_and_cached_ones_are_not():

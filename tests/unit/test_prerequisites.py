@@ -16,7 +16,7 @@ def host(monkeypatch, tmp_path):
     """A host with every tool and a qemu-aarch64 binfmt entry; each test takes away what it names."""
     tools = {"mmdebstrap", "arch-test"}
     monkeypatch.setattr(prerequisites.shutil, "which", lambda name: f"/usr/bin/{name}" if name in tools else None)
-    monkeypatch.setattr(prerequisites, "buildx_available", lambda: "buildx" in tools)
+    monkeypatch.setattr(prerequisites.buildkit, "available", lambda: "buildx" in tools)
     monkeypatch.setattr(prerequisites, "BINFMT", tmp_path)
     (tmp_path / "qemu-aarch64").write_text(ENABLED_F)
     tools.add("buildx")

@@ -14,8 +14,11 @@ from click.testing import CliRunner
 
 from tests.local_archive import LocalArchive
 from torchstack import archive, provenance, reproducible
+from torchstack.buildjob import BuildJob
+from torchstack.buildkit import buildx_command, image_id_from
 from torchstack.cli import make_cli
-from torchstack.engine import buildx_command
+from torchstack.connection import Engine
+from torchstack.engine import builder_for
 from torchstack.errors import UsageProblem
 from torchstack.metadata import build_info
 from torchstack.plan import Suite
@@ -67,7 +70,8 @@ def test_the_dry_run_names_the_images_date_and_whether_this_engine_rebuilds_them
 def test_a_current_dockers_buildkit_and_podman_builds_are_claimed_reproducible(kind, builder, current, said):
     """Docker 20.10 stamps the clock whether its legacy builder or its old BuildKit builds; Podman
     builds in the OCI format with every date given (oci_build.py)."""
-    why = reproducible.not_reproducible(kind, builder, current)
+    engine = Engine(kind, "unix:///x.sock", "test", version="26.1.5" if current else "20.10.24")
+    why = builder_for(None, engine, builder).why_not_reproducible()
     assert why is None if said is None else why.startswith(said), why
 
 
@@ -95,10 +99,26 @@ def test_apt_leaves_no_log_list_or_backup_with_the_clock_in_it(plan_for):
 
 
 def test_buildkit_dates_the_image_with_the_plans_epoch_and_names_it_only_when_asked():
-    command = buildx_command(Path("/ctx/base"), None, "linux/amd64", {}, False, {}, epoch=1795800000, iidfile=Path("/tmp/iid"))
+    job = BuildJob(Path("/ctx/base"), None, "linux/amd64", {}, "os", Path("/log"), epoch=1795800000)
+    command = buildx_command(job, metadata=Path("/tmp/metadata.json"))
     assert "--tag" not in command
     assert command[command.index("--build-arg") + 1] == "SOURCE_DATE_EPOCH=1795800000"
-    assert command[command.index("--iidfile") + 1] == "/tmp/iid"
+    assert command[command.index("--metadata-file") + 1] == "/tmp/metadata.json"
+
+
+def test_buildkit_attaches_no_attestation_of_its_own_whose_clock_would_change_the_image_id():
+    """On Docker's containerd image store BuildKit's default provenance (its start and end times)
+    goes into an index beside the image, whose digest is the image's ID and pushed digest."""
+    command = buildx_command(BuildJob(Path("/ctx/base"), "t:1", "linux/amd64", {}, "os", Path("/log")))
+    assert "--provenance=false" in command and "--sbom=false" in command
+
+
+def test_the_image_id_is_what_the_engines_store_calls_it():
+    """buildx's metadata names the manifest and the config; the containerd store knows an image by
+    the first, overlay2 by the second (its --iidfile gives the config's on both: docker/buildx#3952)."""
+    said = {"containerimage.digest": "sha256:" + "aa" * 32, "containerimage.config.digest": "sha256:" + "cc" * 32}
+    assert image_id_from(said, containerd_store=True) == "sha256:" + "aa" * 32
+    assert image_id_from(said, containerd_store=False) == "sha256:" + "cc" * 32
 
 
 def test_a_context_has_fixed_times_and_the_users_files_keep_theirs(plan_for, tmp_path, monkeypatch):
@@ -137,7 +157,9 @@ def test_the_provenance_names_the_images_date_the_archives_state_and_the_claim(p
         }
     ]
     when = datetime(2026, 11, 25, tzinfo=timezone.utc)
-    found = provenance.predicate(plan, build_info(plan), "sha256:" + "ab" * 32, "docker", when, when, state, None)
+    engine = {"kind": "docker", "version": "29.1.3", "store": "containerd"}
+    record = {"base_image_id": "sha256:" + "ab" * 32, "archive": state, "why_not": None, "engine": engine}
+    found = provenance.predicate(plan, build_info(plan), record, when, when)
     assert found["buildDefinition"]["externalParameters"]["source_date_epoch"] == 1795800000
     suite = next(d for d in found["buildDefinition"]["resolvedDependencies"] if d["name"] == "debian/bookworm/InRelease")
     assert suite == {
@@ -147,7 +169,8 @@ def test_the_provenance_names_the_images_date_the_archives_state_and_the_claim(p
         "annotations": {"date": state[0]["date"]},
     }
     assert found["buildDefinition"]["internalParameters"]["reproducible"] == {"claimed": True, "why_not": None}
-    legacy = provenance.predicate(plan, build_info(plan), "sha256:" + "ab" * 32, "docker", when, when, state, "the clock")
+    assert found["runDetails"]["builder"]["version"]["engine"] == engine, "a rebuild must know the engine's release and image store"
+    legacy = provenance.predicate(plan, build_info(plan), {**record, "why_not": "the clock"}, when, when)
     assert legacy["buildDefinition"]["internalParameters"]["reproducible"] == {"claimed": False, "why_not": "the clock"}
 
 

@@ -25,7 +25,7 @@ STARTED, FINISHED = datetime(2026, 11, 25, 10, tzinfo=timezone.utc), datetime(20
 
 def test_the_provenance_names_every_compiled_source_with_the_sha256_the_build_info_records(plan_for):
     plan = plan_for(backend="onednn-acl", build_target="neoverse-v1", release="r26.11")
-    found = provenance.predicate(plan, build_info(plan), "sha256:" + "ab" * 32, "docker", STARTED, FINISHED)
+    found = provenance.predicate(plan, build_info(plan), {"base_image_id": "sha256:" + "ab" * 32}, STARTED, FINISHED)
     inputs = {d["name"]: d["digest"]["sha256"] for d in found["buildDefinition"]["resolvedDependencies"]}
     recorded = build_info(plan)["components"]
     compiled = {name: c["source"]["sha256"] for name, c in recorded.items() if c["method"] == "source"}
