@@ -208,7 +208,7 @@ def verify_command(catalog: Catalog) -> click.Command:
             passed = {f"--{name.replace('_', '-')}": value for name, value in given.items()}
             passed["--engine"] = chosen.kind  # the build runs on this engine
             arguments = [word for option, value in passed.items() if value for word in (option, str(value))]
-            same = rebuilding.verify(client, catalog, reference, arguments, json_file, lambda line: click.echo(line, err=True))
+            same = rebuilding.verify(client, chosen, catalog, reference, arguments, json_file, lambda line: click.echo(line, err=True))
             click.echo(f"torchstack: reproduced {reference}: built again from what it records, it is the same image", err=True)
             click.echo(same)
             return

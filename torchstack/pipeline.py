@@ -291,7 +291,7 @@ def run_build(catalog: Catalog, settled: Settled) -> Plan:
     if run.json_file:
         write_json(run.json_file, summary, reports)
     if not run.quiet:
-        view.console.print(summary_table(reports))
+        view.console.print(summary_table(reports, chosen.sizes))
         took = f" in {release.checks_seconds:.0f} s" if release.checks_seconds else ""
         view.console.print(f"checks: {release.checks}{took}", highlight=False)
     print(plan.top_image)

@@ -106,9 +106,11 @@ class BuildView:
         return table
 
 
-def summary_table(reports: list[StageReport]) -> Table:
+def summary_table(reports: list[StageReport], sizes: str = "unpacked") -> Table:
+    """The stages as a table; `sizes` says what the engine's sizes count (connection.Engine.sizes:
+    Docker's containerd image store reports the compressed content's)."""
     table = Table(title="torchstack summary", title_justify="left")
-    for column in ("stage", "image and tags", "size", "time", "result", "builder"):
+    for column in ("stage", "image and tags", f"size ({sizes})", "time", "result", "builder"):
         table.add_column(column)
     for r in reports:
         table.add_row(r.stage, "\n".join(r.tags), _size(r.size_bytes), _elapsed(r.seconds), r.status, r.builder or "")

@@ -22,6 +22,7 @@ from pathlib import Path
 import docker.errors
 
 from torchstack import archive
+from torchstack.connection import Engine
 from torchstack.errors import ToolkitError, UsageProblem
 from torchstack.metadata import toolkit_revision
 from torchstack.model import Catalog
@@ -37,12 +38,13 @@ REPOSITORY = "torchstack-rebuild"  # the rebuild's images: never a name the host
 BASE_NAME_LABEL = "org.opencontainers.image.base.name"
 
 
-def verify(client, catalog: Catalog, image: str, given: list[str], summary: Path | None, note) -> str:
-    """`image` built again from what it records (`given`: the caller's --torch-wheel, --ca-bundle, --archive-keyring) and
-    compared: its ID where the image made again is the same one (then removed); NotReproduced naming
-    what differs where not (the images made again kept, for a closer look)."""
+def verify(client, engine: Engine, catalog: Catalog, image: str, given: list[str], summary: Path | None, note) -> str:
+    """`image` built again on `engine` from what it records (`given`: the caller's --torch-wheel, --ca-bundle,
+    --archive-keyring) and compared: its ID where the image made again is the same one (then removed);
+    NotReproduced naming what differs where not (the images made again kept, for a closer look)."""
     found, info = recorded(client, image)
     check_revision(image, info, toolkit_revision())
+    check_engine(image, info, engine, note)
     args = [*arguments(catalog, info, found.labels), *given]
     with tempfile.TemporaryDirectory(prefix="torchstack-rebuild-") as work:
         made = build_again(args, epoch_of(found), summary or Path(work) / "summary.json")
@@ -86,6 +88,28 @@ def check_revision(image: str, info: dict, here: dict) -> None:
             f"{image}: built by torchstack {built_by}, this is {here.get('revision') or here.get('version')}: "
             f"run `git checkout {built_by}` in the toolkit's checkout, then this command again"
         )
+
+
+def check_engine(image: str, info: dict, engine: Engine, note) -> None:
+    """Refuses (one line) an engine whose image store differs from the one that built the image: the
+    same step writes other layers on Docker's overlay2 store (opaque whiteouts, lock files) than on its
+    containerd store, so the two never compare equal. Another release of the same store is named (its
+    layers may differ too) but tried. Images that record no engine are tried as they are."""
+    built_on = info.get("engine")
+    if not built_on:
+        return
+    here = engine.release()
+    if (built_on["kind"], built_on["store"]) != (here["kind"], here["store"]):
+        raise UsageProblem(
+            f"{image}: built on {_engine_words(built_on)}; this engine is {_engine_words(here)}: the same steps make other "
+            f"layers there. Rebuild it on {built_on['kind'].capitalize()} {built_on['version']} with the {built_on['store']} image store"
+        )
+    if built_on["version"] != here["version"]:
+        note(f"torchstack: warning: {image} was built on {_engine_words(built_on)}; this is {here['version']}: its layers may differ")
+
+
+def _engine_words(release: dict) -> str:
+    return f"{release['kind'].capitalize()} {release['version']} ({release['store']} image store)"
 
 
 def arguments(catalog: Catalog, info: dict, labels: dict[str, str]) -> list[str]:

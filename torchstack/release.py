@@ -137,12 +137,16 @@ def add_records(build: BuildRun, plan: Plan, image: str) -> tuple[str, Path]:
     client, context = build.client, build.contexts / "sbom"
     found = client.images.get(image)
     # Dated by the plan: an image ID of Podman's, dated FILE_EPOCH, is made for many SOURCE_DATE_EPOCHs.
-    cached = sources.state_dir() / "sbom" / f"{found.id.removeprefix('sha256:')}-{plan.source_date_epoch}-records.json"
+    # The engine that built it goes into its build-info: another engine release or image store makes other
+    # layers of the same steps, so a rebuild must name it (rebuild.py).
+    made_by = build.engine.release()
+    key = "-".join([found.id.removeprefix("sha256:"), str(plan.source_date_epoch), made_by["store"], made_by["version"]])
+    cached = sources.state_dir() / "sbom" / f"{key}-records.json"
     if cached.is_file():
         info, text, content = json.loads(cached.read_text()).values()
     else:
         inventory = sbom.inventory(client, found.id, plan.platform)
-        info = confirmed(json.loads(found.labels[sbom.BUILD_INFO_LABEL]), inventory)
+        info = {**confirmed(json.loads(found.labels[sbom.BUILD_INFO_LABEL]), inventory), "engine": made_by}
         text = sbom.document(inventory, info, datetime.fromtimestamp(plan.source_date_epoch, timezone.utc))
         content = "sha256:" + hashlib.sha256(json.dumps({"info": info, "inventory": inventory}, sort_keys=True).encode()).hexdigest()
         sbom.write(json.dumps({"info": info, "sbom": text, "content": content}), cached)
