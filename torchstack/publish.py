@@ -245,10 +245,13 @@ def join_architectures(
         _cli("podman", "manifest", "create", scratch)
         try:
 
-            def platforms(source: str) -> list[str]:
+            def platforms(source: str) -> list[tuple[str, str]]:
                 before = _podman_entries(scratch)
                 _cli("podman", "manifest", "add", "--all", *tls, scratch, f"docker://{source}", missing_is_usage=True)
-                return [arch for digest, arch in _podman_entries(scratch).items() if digest not in before]
+                added = {digest: arch for digest, arch in _podman_entries(scratch).items() if digest not in before}
+                for digest in (d for d, arch in added.items() if arch == ATTESTATION_PLATFORM):
+                    _cli("podman", "manifest", "remove", scratch, digest)  # BuildKit's attestation: no architecture
+                return [(arch, source) for arch in added.values() if arch != ATTESTATION_PLATFORM]
 
             _by_architecture(target, sources, expected, platforms, say)
             with tempfile.TemporaryDirectory(prefix="torchstack-manifest-") as work:
@@ -260,13 +263,13 @@ def join_architectures(
     else:
         insecure = ["--insecure"] if registry.is_loopback(host) else []  # as the engine: plain HTTP on loopback only
 
-        def platforms(source: str) -> list[str]:
+        def platforms(source: str) -> list[tuple[str, str]]:
             try:
                 answer = json.loads(_cli("docker", "manifest", "inspect", "--verbose", *insecure, source, missing_is_usage=True))
             except UsageProblem:
                 _refuse_unreadable(source)
                 raise
-            return [entry["Descriptor"]["platform"]["architecture"] for entry in (answer if isinstance(answer, list) else [answer])]
+            return _docker_images(source, answer)
 
         found = _by_architecture(target, sources, expected, platforms, say)
         _cli("docker", "manifest", "create", "--amend", *insecure, target, *found.values())
@@ -292,25 +295,47 @@ def _refuse_unreadable(source: str) -> None:
         )
 
 
+# The platform BuildKit gives the attestation manifest it puts beside an image in an index (its
+# provenance or SBOM, annotated vnd.docker.reference.type: attestation-manifest): no architecture.
+ATTESTATION_PLATFORM = "unknown"
+
+
+def _docker_images(source: str, answer: dict | list) -> list[tuple[str, str]]:
+    """(architecture, reference) of each image `docker manifest inspect --verbose` found for `source`: a
+    list's images by digest (`docker manifest create` takes images, not lists), attestations left out."""
+    if not isinstance(answer, list):
+        return [(answer["Descriptor"]["platform"]["architecture"], source)]
+    name = registry.parse(source).name
+    return [
+        (entry["Descriptor"]["platform"]["architecture"], f"{name}@{entry['Descriptor']['digest']}")
+        for entry in answer
+        if entry["Descriptor"].get("platform", {}).get("architecture") != ATTESTATION_PLATFORM
+    ]
+
+
 def _by_architecture(
-    target: str, sources: list[str], expected: dict[str, str], platforms: Callable[[str], list[str]], say: Callable[[str], None]
+    target: str,
+    sources: list[str],
+    expected: dict[str, str],
+    platforms: Callable[[str], list[tuple[str, str]]],
+    say: Callable[[str], None],
 ) -> dict[str, str]:
-    """Each expected architecture's source, from the Docker architecture of each image a source
-    names in the registry (`platforms`), said in one line; refused in one line unless there is
-    exactly one for each."""
+    """Each expected architecture's image, from the Docker architecture of each image a source names
+    in the registry (`platforms`: architecture and the image's reference), said in one line; refused in
+    one line unless there is exactly one for each."""
     host = target.split("/", 1)[0]
     wanted_by_docker = {docker_arch: name for name, docker_arch in expected.items()}
     found: dict[str, str] = {}
     for source in sources:
         if source.split("/", 1)[0] != host:
             raise UsageProblem(f"{source}: not in {host}, where {target} goes; push it there first")
-        for platform in platforms(source):
+        for platform, image in platforms(source):
             arch = wanted_by_docker.get(platform)
             if arch is None:
                 raise UsageProblem(f"{source} is a {platform} image; asked for {', '.join(expected)} only (--arch)")
             if arch in found:
                 raise UsageProblem(f"{source} and {found[arch]} are both {arch} images: one per architecture")
-            found[arch] = source
+            found[arch] = image
     missing = [arch for arch in expected if arch not in found]
     if missing:
         raise UsageProblem(f"no image for {', '.join(missing)} among the sources; {target} was not made")

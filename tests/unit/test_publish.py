@@ -4,6 +4,7 @@ The pushes themselves run against a real registry in tests/engine/test_registry.
 import pytest
 from click.testing import CliRunner
 
+from torchstack import publish
 from torchstack.cli import make_cli
 from torchstack.errors import UsageProblem
 from torchstack.publish import check_registry, wanted
@@ -65,3 +66,20 @@ def test_a_push_that_cannot_work_is_one_line_and_exit_2(catalog, extra, message)
     result = CliRunner().invoke(make_cli(catalog), [*ARGS, *extra])
     assert result.exit_code == 2 and message in result.output, result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_a_list_with_buildkits_attestation_joins_by_its_images_digests_leaving_the_attestation_out():
+    """BuildKit on Docker's containerd image store pushes an index: the image and an attestation
+    manifest (platform unknown/unknown), which is no architecture; `docker manifest create` takes
+    images, so the image is named by its digest."""
+    image, attestation = "sha256:" + "1" * 64, "sha256:" + "2" * 64
+    answer = [
+        {"Ref": f"127.0.0.1:5000/ml/t:a@{image}", "Descriptor": {"digest": image, "platform": {"architecture": "amd64", "os": "linux"}}},
+        {
+            "Ref": f"127.0.0.1:5000/ml/t:a@{attestation}",
+            "Descriptor": {"digest": attestation, "platform": {"architecture": "unknown", "os": "unknown"}},
+        },
+    ]
+    assert publish._docker_images("127.0.0.1:5000/ml/t:a", answer) == [("amd64", f"127.0.0.1:5000/ml/t@{image}")]
+    single = {"Descriptor": {"digest": image, "platform": {"architecture": "arm64", "os": "linux"}}}
+    assert publish._docker_images("127.0.0.1:5000/ml/t:b", single) == [("arm64", "127.0.0.1:5000/ml/t:b")]
