@@ -8,8 +8,8 @@
 #   --engine docker (the default): the Docker engine (a Docker CE host's own packages are kept);
 #   --engine podman: Podman and its API service instead, for a host without Docker;
 #   --tests: also what the engine tests need besides the engine: a registry server, Podman (whose
-#     service the tests start on sockets of their own) and a current Docker engine (Docker 23 or
-#     later, with BuildKit) that the tests start beside the host's where the host's is older;
+#     service the tests start on sockets of their own) and a current Docker engine (as Docker 29 runs
+#     on a new install: images in containerd's store) that the tests start beside the host's;
 #   --toolkit-only: only the toolkit's venv (and python3-venv where the distribution splits it out).
 set -euo pipefail
 
@@ -136,23 +136,27 @@ else
     say "${wanted[*]} are installed"
 fi
 
-# A package of Debian trixie that bookworm lacks, verified through the archive's signed InRelease
-# (the Packages index's checksum, then the package's): its .deb is written to $2.
-fetch_from_trixie() { # package destination
+# A package of a Debian suite the host's release lacks (trixie's, forky's), verified through the
+# suite's signed InRelease (the Packages index's checksum, then the package's): its .deb is written
+# to $3. Checksums are read from what gpgv verified (--output), not from the file as fetched. gpgv
+# checks the signature, not the Release's Valid-Until: forky's (testing's) may be past on a mirror
+# (this one's said 2026-11-06 on 2026-11-28), and its signature by Debian's archive keys is still checked.
+fetch_from() { # suite package destination
     local arch archive=http://deb.debian.org/debian work filename sha
     arch=$(dpkg --print-architecture)
     work=$(mktemp -d)
-    curl -fsSL "$archive/dists/trixie/InRelease" -o "$work/InRelease"
-    gpgv --keyring /usr/share/keyrings/debian-archive-keyring.gpg "$work/InRelease" 2> /dev/null
-    curl -fsSL "$archive/dists/trixie/main/binary-$arch/Packages.xz" -o "$work/Packages.xz"
-    grep -q "$(sha256sum "$work/Packages.xz" | cut -d' ' -f1) .* main/binary-$arch/Packages.xz\$" "$work/InRelease"
+    curl -fsSL "$archive/dists/$1/InRelease" -o "$work/InRelease"
+    gpgv --keyring /usr/share/keyrings/debian-archive-keyring.gpg --output "$work/Release" "$work/InRelease" 2> /dev/null
+    curl -fsSL "$archive/dists/$1/main/binary-$arch/Packages.xz" -o "$work/Packages.xz"
+    grep -q "$(sha256sum "$work/Packages.xz" | cut -d' ' -f1) .* main/binary-$arch/Packages.xz\$" "$work/Release"
     xz -d "$work/Packages.xz"
-    filename=$(awk -v p="Package: $1" '$0==p{f=1} f&&/^Filename:/{print $2; exit}' "$work/Packages")
-    sha=$(awk -v p="Package: $1" '$0==p{f=1} f&&/^SHA256:/{print $2; exit}' "$work/Packages")
-    curl -fsSL "$archive/$filename" -o "$2"
-    echo "$sha  $2" | sha256sum --check --quiet
+    filename=$(awk -v p="Package: $2" '$0==p{f=1} f&&/^Filename:/{print $2; exit}' "$work/Packages")
+    sha=$(awk -v p="Package: $2" '$0==p{f=1} f&&/^SHA256:/{print $2; exit}' "$work/Packages")
+    curl -fsSL "$archive/$filename" -o "$3"
+    echo "$sha  $3" | sha256sum --check --quiet
     rm -rf "$work"
 }
+fetch_from_trixie() { fetch_from trixie "$@"; } # package destination
 
 # qemu for every architecture torchstack builds (torchstack/data/platforms.yaml) but this host's:
 # Debian trixie's qemu-user (10.0, statically linked, no dependencies), which runs emulated Python
@@ -348,26 +352,44 @@ if [[ -n $tests ]]; then
         fi
     fi
 
-    # A current Docker engine for the tests of BuildKit builds (Docker 23 and later build with it by
-    # default), where the host's is older (bookworm's docker.io 20.10): trixie's dockerd, which
-    # needs libc6 2.34, unpacked into CURRENT_DOCKER; the tests start it on a socket, data root and
-    # bridge of their own, with the host's containerd and runc. Not a service: nothing starts it.
-    CURRENT_DOCKER=/usr/local/lib/torchstack/docker
-    host_major=$(dockerd --version 2> /dev/null | sed -n 's/^Docker version \([0-9]*\)\..*/\1/p')
-    if [[ -n $host_major && $host_major -ge 23 ]]; then
-        say "the host's dockerd is Docker $host_major: the tests' BuildKit engine is a second one of it"
-    elif [[ -x $CURRENT_DOCKER/dockerd ]]; then
-        say "the tests' current Docker engine is $CURRENT_DOCKER/dockerd ($(cat "$CURRENT_DOCKER/version"))"
+    # The tests' current Docker engine, as Docker 29 runs on a new install (upstream's default since
+    # 29.0): images in containerd's image store, clients below API 1.44 refused. Debian forky's
+    # packages stand in for it, on every host whatever its own engine (Debian 13's Docker 26 keeps
+    # images in overlay2, as does a Docker CE upgraded from before 29): docker.io 28.5.2 (dockerd,
+    # docker-proxy), docker-cli 28.5.2 (the tests' client of it: Debian 12's 20.10 speaks API 1.41)
+    # and containerd 2.1.9 with its runc shim (dockerd starts it as its child, from PATH), which need
+    # only libc6 2.34, unpacked into CURRENT_DOCKER. forky's runc needs libc6 2.38: the host's runs
+    # the containers. The tests start it on a socket, data root and bridge of their own; not a
+    # service: nothing starts it. It builds with BuildKit, so trixie's dockerd, which the tests took
+    # before where the host's was older than Docker 23, is needed no longer: its folder is removed.
+    CURRENT_DOCKER=/usr/local/lib/torchstack/docker-containerd
+    current_installed() {
+        local binary
+        [[ -s $CURRENT_DOCKER/version ]] || return 1 # written last: the folder is whole
+        for binary in dockerd docker containerd containerd-shim-runc-v2; do [[ -x $CURRENT_DOCKER/$binary ]] || return 1; done
+    }
+    if current_installed; then
+        say "the tests' current Docker engine is in $CURRENT_DOCKER ($(paste -sd' ' "$CURRENT_DOCKER/version"))"
     else
-        say "installing Debian trixie's dockerd into $CURRENT_DOCKER for the tests (signature and checksums verified)"
+        say "installing Debian forky's dockerd, docker CLI and containerd into $CURRENT_DOCKER for the tests (signature and checksums verified)"
         work=$(mktemp -d)
-        fetch_from_trixie docker.io "$work/docker.deb"
-        dpkg-deb -x "$work/docker.deb" "$work/root"
+        for package in docker.io docker-cli containerd; do
+            fetch_from forky "$package" "$work/$package.deb"
+            dpkg-deb -x "$work/$package.deb" "$work/root"
+            echo "$package $(dpkg-deb -f "$work/$package.deb" Version)" >> "$work/version"
+        done
+        rm -rf "$CURRENT_DOCKER"
         mkdir -p "$CURRENT_DOCKER"
-        install -m 0755 "$work/root/usr/sbin/dockerd" "$CURRENT_DOCKER/dockerd"
-        [[ -e $work/root/usr/sbin/docker-proxy ]] && install -m 0755 "$work/root/usr/sbin/docker-proxy" "$CURRENT_DOCKER/docker-proxy"
-        dpkg-deb -f "$work/docker.deb" Version > "$CURRENT_DOCKER/version"
+        for binary in sbin/dockerd bin/docker bin/containerd bin/containerd-shim-runc-v2; do
+            install -m 0755 "$work/root/usr/$binary" "$CURRENT_DOCKER/"
+        done
+        [[ -e $work/root/usr/sbin/docker-proxy ]] && install -m 0755 "$work/root/usr/sbin/docker-proxy" "$CURRENT_DOCKER/"
+        mv "$work/version" "$CURRENT_DOCKER/version"
         rm -rf "$work"
+    fi
+    if [[ -d /usr/local/lib/torchstack/docker ]]; then
+        say "removing /usr/local/lib/torchstack/docker (trixie's dockerd, the tests' former current engine)"
+        rm -rf /usr/local/lib/torchstack/docker
     fi
 fi
 

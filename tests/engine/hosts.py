@@ -153,35 +153,38 @@ def stop(process: subprocess.Popen) -> None:
         process.wait()
 
 
-# Where scripts/setup-host.sh --tests puts a current dockerd (Debian trixie's) when the host's is older.
-CURRENT_DOCKERD = Path("/usr/local/lib/torchstack/docker/dockerd")
-
-
-def dockerd_major(dockerd: str) -> int:
-    said = subprocess.run([dockerd, "--version"], capture_output=True, text=True).stdout  # "Docker version 26.1.5+dfsg1, ..."
-    major = said.removeprefix("Docker version ").split(".")[0]
-    return int(major) if major.isdigit() else 0
+# Where scripts/setup-host.sh --tests puts the current Docker engine, as Docker 29 runs on a new install
+# (images in containerd's image store, API floor 1.44): Debian forky's dockerd, docker CLI and containerd.
+CURRENT_DOCKER = Path("/usr/local/lib/torchstack/docker-containerd")
 
 
 def current_dockerd() -> str:
-    """A dockerd that builds with BuildKit by default (Docker 23 and later): the host's where it is one,
-    else the one setup-host.sh --tests installed."""
-    host = shutil.which("dockerd")
-    if host and dockerd_major(host) >= 23:
-        return host
-    if CURRENT_DOCKERD.is_file():
-        return str(CURRENT_DOCKERD)
-    pytest.fail(f"no Docker 23 or later here (the host's is older, {CURRENT_DOCKERD} is missing): run scripts/setup-host.sh --tests")
+    """The dockerd of the current engine (second_engine with containerd_store), whatever the host's is."""
+    if not all((CURRENT_DOCKER / name).is_file() for name in ("dockerd", "docker", "containerd", "containerd-shim-runc-v2")):
+        pytest.fail(f"the current Docker engine is missing ({CURRENT_DOCKER}): run scripts/setup-host.sh --tests")
+    return str(CURRENT_DOCKER / "dockerd")
+
+
+def current_client_env(host: str) -> dict[str, str]:
+    """What a client of the current engine (its DOCKER_HOST `host`) needs in its environment: forky's docker
+    CLI first on PATH, for `docker exec` (testinfra), save, load and buildx (its plugin from the host's
+    plugin folder): the host's may be Debian 12's 20.10, whose API 1.41 the engine refuses."""
+    return {"DOCKER_HOST": host, "PATH": f"{CURRENT_DOCKER}:{os.environ['PATH']}"}
 
 
 @contextlib.contextmanager
-def second_engine(dockerd: str | None = None, name: str = "tsb", subnet: str = "10.213.77.1/24") -> Iterator[str]:
+def second_engine(
+    dockerd: str | None = None, name: str = "tsb", subnet: str = "10.213.77.1/24", containerd_store: bool = False
+) -> Iterator[str]:
     """Another Docker engine on this machine (the host's dockerd, or `dockerd`), empty, as a new CI
     runner's: its own data root, exec root (and so its own containerd), pid file and socket, and a
     bridge of its own (`name`, `subnet`: one per engine) with no iptables rules (builds use the host's
     network, checks run with none). Not `--bridge=none`: an engine started so deletes the host's
-    docker0, the first engine's bridge. Yields its DOCKER_HOST; stopped, its bridge and its data
-    removed afterwards. The folder is short: containerd's sockets live under the exec root."""
+    docker0, the first engine's bridge. With `containerd_store`, as Docker 29 runs on a new install:
+    images in containerd's image store (a daemon config file sets the feature), API floor 1.44, and
+    the containerd in dockerd's own folder (forky's 2.1, not the host's 1.6: dockerd starts it as
+    its child, from PATH). Yields its DOCKER_HOST; stopped, its bridge and its data removed
+    afterwards. The folder is short: containerd's sockets live under the exec root."""
     dockerd, ip = dockerd or shutil.which("dockerd"), shutil.which("ip")
     if not dockerd or not ip:
         pytest.fail(f"{'dockerd' if not dockerd else 'ip (iproute2)'} is missing: run scripts/setup-host.sh")
@@ -201,8 +204,13 @@ def second_engine(dockerd: str | None = None, name: str = "tsb", subnet: str = "
         "--ip-masq=false",
         f"--cgroup-parent=/torchstack-{name}-engine",
     ]
+    env = dict(os.environ)
+    if containerd_store:
+        (folder / "daemon.json").write_text(json.dumps({"features": {"containerd-snapshotter": True}}))
+        command.append(f"--config-file={folder / 'daemon.json'}")
+        env.update(DOCKER_MIN_API_VERSION="1.44", PATH=f"{Path(dockerd).parent}:{env['PATH']}")
     log = open(folder / "dockerd.log", "w")
-    daemon = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    daemon = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
     host = f"unix://{socket_path}"
     try:
         wait_for_engine(daemon, host, folder / "dockerd.log", "the second engine")
@@ -284,11 +292,16 @@ def podman_engine(registry: str) -> Iterator[dict]:
 SECOND_ENGINE = Resource(lambda stack: stack.enter_context(second_engine()))
 
 
-# An empty Docker engine of a current release (Docker 23 and later: BuildKit is its default builder),
-# made by whoever asks first: the README's build on it (images.py: built_on_current).
-CURRENT_ENGINE = Resource(lambda stack: stack.enter_context(second_engine(current_dockerd(), "tsc", "10.213.78.1/24")))
+# An empty Docker engine as Docker 29 runs on a new install (BuildKit its default builder, images in
+# containerd's store), made by whoever asks first: the README's build on it (images.py: built_on_current).
+# Its clients run with current_client_env.
+CURRENT_ENGINE = Resource(
+    lambda stack: stack.enter_context(second_engine(current_dockerd(), "tsc", "10.213.78.1/24", containerd_store=True))
+)
 # Another, of the same release, for the README's build made again elsewhere (images.py: rebuilt_on_current).
-REBUILD_ENGINE = Resource(lambda stack: stack.enter_context(second_engine(current_dockerd(), "tsr", "10.213.79.1/24")))
+REBUILD_ENGINE = Resource(
+    lambda stack: stack.enter_context(second_engine(current_dockerd(), "tsr", "10.213.79.1/24", containerd_store=True))
+)
 
 
 # An empty Podman engine (podman_engine), with the session's registry; made by whoever asks first.

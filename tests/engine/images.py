@@ -30,7 +30,17 @@ import pytest
 
 from tests import session
 from tests.conftest import build_plugin_wheels
-from tests.engine.hosts import COSIGN_KEYS, CURRENT_ENGINE, PODMAN, REBUILD_ENGINE, REGISTRY, SECOND_ENGINE, Resource, podman_engine
+from tests.engine.hosts import (
+    COSIGN_KEYS,
+    CURRENT_ENGINE,
+    PODMAN,
+    REBUILD_ENGINE,
+    REGISTRY,
+    SECOND_ENGINE,
+    Resource,
+    current_client_env,
+    podman_engine,
+)
 from torchstack.model import ROOT, load_catalog
 from torchstack.plan import Request
 from torchstack.planner import make_plan
@@ -369,7 +379,7 @@ def _engine_b_inputs(build: Build, folder: Path) -> list[str]:
 
 
 def _current_engine_inputs(build: Build, folder: Path) -> list[str]:
-    build.env = {"DOCKER_HOST": CURRENT_ENGINE.get()}
+    build.env = current_client_env(CURRENT_ENGINE.get())
     return ["--torch-wheel", x86_wheelhouse()]
 
 
@@ -378,7 +388,9 @@ def _moved_to_rebuild_engine() -> str:
     image = IMAGES.table["built_on_current"].result()["stages"][-1]["tags"][-1]
     source, target = (shlex.quote(engine.get()) for engine in (CURRENT_ENGINE, REBUILD_ENGINE))
     command = f"docker -H {source} save {shlex.quote(image)} | docker -H {target} load"
-    moved = subprocess.run(command, shell=True, capture_output=True, text=True)
+    moved = subprocess.run(
+        command, shell=True, capture_output=True, text=True, env={**os.environ, **current_client_env(CURRENT_ENGINE.get())}
+    )
     if moved.returncode != 0:
         raise RuntimeError(f"moving {image} to the other engine failed: {moved.stderr[-2000:]}")
     return image
@@ -406,7 +418,7 @@ def _podman_stages_twice() -> list[dict]:
 
 def _rebuild_inputs(build: Build, folder: Path) -> list[str]:
     """`verify IMAGE --rebuild` on the engine the image was moved to, with a state folder of its own."""
-    build.env = {"DOCKER_HOST": REBUILD_ENGINE.get(), "TORCHSTACK_CACHE": str(folder / "state")}
+    build.env = {**current_client_env(REBUILD_ENGINE.get()), "TORCHSTACK_CACHE": str(folder / "state")}
     image = IMAGES.table["moved_to_rebuild_engine"].result()
     return [image, "--rebuild", "--torch-wheel", x86_wheelhouse(), "--ca-bundle", str(CA_BUNDLE)]
 

@@ -1,14 +1,17 @@
-"""The README's build on a current Docker engine (Docker 23 and later, where BuildKit is the default
-builder), as a Debian 13 or Ubuntu 24.04 host or a CI runner has it: every stage built by BuildKit,
-and the release image passes its checks there."""
+"""The README's build on a current Docker engine as Docker 29 runs on a new install (BuildKit its default
+builder, images in containerd's image store, clients below API 1.44 refused), as an Ubuntu 24.04 or
+26.04 host or a CI runner has it: every stage built by BuildKit, and the release image passes its checks there."""
 
 from __future__ import annotations
+
+import json
 
 import docker
 import pytest
 
 from tests.engine.hosts import CURRENT_ENGINE
 from tests.engine.images import IMAGES
+from torchstack.sbom import BUILD_INFO_LABEL
 
 pytestmark = pytest.mark.engine
 
@@ -25,9 +28,11 @@ def built_on_current(x86_build, current_engine) -> dict:
     return IMAGES.result("built_on_current")
 
 
-def test_the_engine_is_a_current_docker(current_engine):
-    version = docker.DockerClient(base_url=current_engine).version()["Version"]
-    assert int(version.split(".")[0]) >= 23, version
+def test_the_engine_keeps_its_images_in_containerd_and_refuses_old_clients(current_engine):
+    client = docker.DockerClient(base_url=current_engine)
+    version = client.version()
+    assert int(version["Version"].split(".")[0]) >= 23 and version["MinAPIVersion"] == "1.44", version
+    assert ["driver-type", "io.containerd.snapshotter.v1"] in client.info()["DriverStatus"]
 
 
 def test_the_readme_build_takes_buildkit_for_every_stage_and_passes_its_checks(built_on_current, current_engine):
@@ -37,6 +42,9 @@ def test_the_readme_build_takes_buildkit_for_every_stage_and_passes_its_checks(b
     on_current = docker.DockerClient(base_url=current_engine)
     release = on_current.images.get(built_on_current["final_image"])
     assert release.labels, "the release image on the current engine carries no labels"
+    engine = built_on_current["engine"]
+    assert engine["store"] == "containerd" and engine["sizes"] == "compressed", engine
+    assert json.loads(release.labels[BUILD_INFO_LABEL])["engine"] == {k: engine[k] for k in ("kind", "version", "store")}
 
 
 def test_the_summary_names_the_builder_of_each_stage(x86_build):

@@ -13,10 +13,10 @@ from datetime import datetime, timedelta, timezone
 import docker
 import pytest
 
-from tests.engine.hosts import REBUILD_ENGINE
+from tests.engine.hosts import CURRENT_ENGINE, REBUILD_ENGINE, REGISTRY
 from tests.engine.images import IMAGES, X86_ARGS, run_build_py, x86_wheelhouse
 from tests.local_archive import LocalArchive, SnapshotArchive
-from torchstack import archive, rebuild
+from torchstack import archive, publish, rebuild
 from torchstack.metadata import toolkit_revision
 
 pytestmark = pytest.mark.engine
@@ -63,6 +63,18 @@ def test_verify_rebuild_makes_the_same_images_on_another_engine(built_on_current
     differ = {name: (_ids(first)[name], image) for name, image in _ids(again).items() if _ids(first)[name] != image}
     assert not differ, f"images that differ (first, again): {differ}"
     assert all(s["image"].startswith("torchstack-rebuild-") for s in again["stages"]), "the rebuild replaces no image of the host's"
+
+
+def test_the_release_pushed_from_each_engine_has_one_digest_its_image_id(built_on_current, rebuilt_on_current):
+    """On Docker's containerd image store (the engines of these builds) an image's ID is its manifest's
+    digest, and BuildKit attaches no attestation of its own: the release image, pushed from the engine
+    that built it and from the one it was moved to (where the rebuild made the same ID), is one digest."""
+    image, registry = built_on_current["stages"][-1]["tags"][-1], REGISTRY.get()
+    digests = set()
+    for engine, name in ((CURRENT_ENGINE, "built"), (REBUILD_ENGINE, "moved")):
+        client = docker.DockerClient(base_url=engine.get())
+        digests.add(publish.push(client, image, f"{registry}/containerd-store/readme:{name}", lambda line: None).digest)
+    assert digests == {built_on_current["image_id"]}, digests
 
 
 def test_what_differs_between_two_images_is_named_by_layer_and_file(rebuilt_on_current, tmp_path):
