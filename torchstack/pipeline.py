@@ -182,7 +182,7 @@ def _publish(
     is neither pushed nor signed again. --compression zstd applies to the release image; the stages
     stay gzip, for the engines that take them as --cache-from (Docker 20.10 pulls no zstd)."""
     client, kind, note = build.client, build.engine.kind, build.note
-    zstd_from = build.engine.url if run.compression == "zstd" else None
+    zstd = run.compression == "zstd"
     if pushes and plan.stages[-1].name == RELEASE_STAGE:
         local, remote = pushes[-1]
         if published(remote, client.images.get(release.image_id).labels.get(CONTENT_LABEL)):
@@ -192,7 +192,7 @@ def _publish(
             )
             return [publish.push(client, name, there, note, kind) for name, there in pushes[:-1]], []
         pushes = [*pushes[:-1], (local, f"{remote}-{began:%Y%m%d%H%M}"), (local, remote)]
-    pushed = [publish.push(client, local, remote, note, kind, zstd_from if local == plan.top_image else None) for local, remote in pushes]
+    pushed = [publish.push(client, local, remote, note, kind, zstd and local == plan.top_image) for local, remote in pushes]
     for done in pushed:
         layers = f", {done.layers} layers, {done.already_there} already there" if done.layers else ""
         note(f"torchstack: pushed {done.reference} ({done.digest}{layers})")

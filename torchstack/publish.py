@@ -107,17 +107,17 @@ def push(
     remote: str,
     say: Callable[[str], None],
     engine: str = "docker",
-    zstd_from: str | None = None,
+    zstd: bool = False,
 ) -> Pushed:
     """Tag `local` as `remote` and push it, trying again on a transient failure. `engine` (docker
-    or podman) decides what a refusal's line tells the user to do. With `zstd_from` (the Docker
-    engine's URL), skopeo copies it from that engine with zstd layers instead (`_push_zstd`)."""
+    or podman) decides what a refusal's line tells the user to do. With `zstd`, skopeo copies it
+    from the engine's export with zstd layers instead (`_push_zstd`)."""
     repository, _, tag = remote.rpartition(":")
     image = client.images.get(local)
     image.tag(repository, tag)
     host = repository.split("/", 1)[0]
-    if zstd_from:
-        return _push_zstd(zstd_from, remote, say)
+    if zstd:
+        return _push_zstd(image, remote, say)
     if engine == "podman":
         say(f"torchstack: pushing {remote} (Podman's API says nothing more until the push is done)")
     for attempt in range(1, ATTEMPTS + 1):
@@ -140,19 +140,26 @@ def push(
     raise AssertionError("unreachable")
 
 
-def _push_zstd(daemon: str, remote: str, say: Callable[[str], None]) -> Pushed:
-    """`remote` (tagged in the engine) copied to its registry by skopeo with zstd layers, as an OCI
-    manifest: compressed afresh into an OCI layout first, then pushed as it is (--preserve-digests).
-    In one copy, bookworm's skopeo (1.9) sends a gzip blob instead of compressing a layer wherever
-    its blob cache, which root's Podman shares, knows the registry holds one of the same content;
-    and a push through the engine would send its gzip layers."""
+def _push_zstd(image, remote: str, say: Callable[[str], None]) -> Pushed:
+    """`image` (the engine's, tagged `remote`) copied to its registry by skopeo with zstd layers, as an
+    OCI manifest: exported by the engine (the SDK's `docker save`, whose API version the SDK agrees
+    with the engine: skopeo's own `docker-daemon:` client asks for API 1.22, which Docker 29 refuses),
+    compressed afresh into an OCI layout, then pushed as it is (--preserve-digests). In one copy,
+    bookworm's skopeo (1.9) sends a gzip blob instead of compressing a layer wherever its blob cache,
+    which root's Podman shares, knows the registry holds one of the same content; and a push through
+    the engine would send its gzip layers."""
     host = remote.split("/", 1)[0]
-    say(f"torchstack: pushing {remote} with zstd layers (skopeo copies it from the engine and compresses each layer)")
+    say(f"torchstack: pushing {remote} with zstd layers (skopeo compresses each layer of the engine's export)")
     tls = ["--dest-tls-verify=false"] if registry.is_loopback(host) else []
     with tempfile.TemporaryDirectory(prefix="torchstack-zstd-") as work:
+        exported = Path(work) / "image.tar"
+        with exported.open("wb") as out:
+            for chunk in image.save(named=False):
+                out.write(chunk)
         layout, digest_file = f"oci:{Path(work) / 'layout'}:image", Path(work) / "digest"
-        compress = ["--quiet", "--format", "oci", "--dest-compress-format", "zstd", "--src-daemon-host", daemon]
-        _cli("skopeo", "copy", *compress, f"docker-daemon:{remote}", layout)
+        compress = ["--quiet", "--format", "oci", "--dest-compress-format", "zstd"]
+        _cli("skopeo", "copy", *compress, f"docker-archive:{exported}", layout)
+        exported.unlink()
         send = ["--quiet", "--retry-times", str(ATTEMPTS), "--preserve-digests", "--digestfile", str(digest_file), *tls]
         _cli("skopeo", "copy", *send, layout, f"docker://{remote}")
         digest = digest_file.read_text().strip()
