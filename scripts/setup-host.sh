@@ -4,7 +4,8 @@
 # binfmt_misc (to build other architectures), cosign and skopeo, and the toolkit itself in a virtual
 # environment of its own, .venv in the checkout, made from the host's python3 (never installed into
 # the distribution's Python: PEP 668). ./build.py runs in that venv by itself. Says what it does;
-# skips what is there. Hosts: Debian 12 (bookworm), Debian 13 (trixie), Ubuntu 24.04 (noble).
+# skips what is there. Hosts: Debian 12 (bookworm), Debian 13 (trixie), Debian 14 (forky, testing),
+# Ubuntu 24.04 (noble), Ubuntu 26.04 (resolute).
 #   --engine docker (the default): the Docker engine (a Docker CE host's own packages are kept);
 #   --engine podman: Podman and its API service instead, for a host without Docker;
 #   --tests: also what the engine tests need besides the engine: a registry server, Podman (whose
@@ -38,11 +39,11 @@ fi
 # shellcheck source=/dev/null
 release=$( (. /etc/os-release && echo "${ID:-}:${VERSION_CODENAME:-}") 2> /dev/null || true)
 case $release in
-    debian:bookworm | debian:trixie | ubuntu:noble) ;;
+    debian:bookworm | debian:trixie | debian:forky | ubuntu:noble | ubuntu:resolute) ;;
     *)
         # shellcheck source=/dev/null
         name=$( (. /etc/os-release && echo "${PRETTY_NAME:-}") 2> /dev/null || true)
-        echo "setup-host: ${name:-this host (no /etc/os-release)} is not a release set-up knows: Debian 12 (bookworm), Debian 13 (trixie), Ubuntu 24.04 (noble)" >&2
+        echo "setup-host: ${name:-this host (no /etc/os-release)} is not a release set-up knows: Debian 12 (bookworm), Debian 13 (trixie), Debian 14 (forky, testing), Ubuntu 24.04 (noble), Ubuntu 26.04 (resolute)" >&2
         exit 2
         ;;
 esac
@@ -94,7 +95,7 @@ if [[ -n $toolkit_only ]]; then
 fi
 
 # Each package the toolkit's paths need, and how to tell it is here (a command, or dpkg's word):
-#   the engine: docker.io (trixie splits its CLI out into docker-cli), unless another Docker
+#   the engine: docker.io (Debian from trixie on splits its CLI out into docker-cli), unless another Docker
 #     package provides dockerd (Docker CE's docker-ce, whose containerd.io carries its own runc);
 #   bootstrapping the base image: mmdebstrap, Debian's archive keyring (Ubuntu lacks it), and
 #     arch-test, which mmdebstrap needs for a foreign architecture (only "recommended", so
@@ -104,8 +105,9 @@ fi
 #     xz-utils, ca-certificates;
 #   pushing zstd layers (--compression zstd): skopeo, which compresses each layer afresh;
 #   Podman (--engine podman, and the tests of it): podman, with uidmap (newuidmap, for rootless
-#     users) and slirp4netns (a rootless container's network, unless it runs with --network none),
-#     and runc (crun, which Podman prefers, cannot run on a host with hybrid cgroups) unless
+#     users) and a rootless container's network (unless it runs with --network none): passt
+#     (pasta) for Podman 5 (Debian 13 and later, Ubuntu 26.04), which Podman 6 keeps, where
+#     slirp4netns, which Podman 6 dropped, serves Podman 4 (Debian 12, Ubuntu 24.04); and runc (crun, which Podman prefers, cannot run on a host with hybrid cgroups) unless
 #     Docker CE's containerd.io is here: it carries its own runc, and dpkg refuses a second one;
 #   the tests (--tests): their own signed Debian archive (gpg), their second engines' bridges
 #     (iproute2), a registry server (docker-registry, below), Podman.
@@ -113,13 +115,16 @@ missing=()
 wanted=(mmdebstrap debian-archive-keyring arch-test curl gpgv xz-utils ca-certificates skopeo)
 if [[ $engine == docker ]] && ! command -v dockerd > /dev/null; then
     wanted+=(docker.io)
-    [[ $release == debian:trixie ]] && wanted+=(docker-cli)
+    [[ $release == debian:trixie || $release == debian:forky ]] && wanted+=(docker-cli)
 fi
 podman_wanted=''
 [[ $engine == podman || -n $tests ]] && podman_wanted=1
 [[ -n $tests ]] && wanted+=(gpg iproute2)
 if [[ -n $podman_wanted ]]; then
-    wanted+=(podman uidmap slirp4netns)
+    case $release in
+        debian:bookworm | ubuntu:noble) wanted+=(podman uidmap slirp4netns) ;; # Podman 4.3, 4.9
+        *) wanted+=(podman uidmap passt) ;;                                     # Podman 5
+    esac
     if installed containerd.io; then
         say "Docker CE's containerd.io carries runc: Podman uses it (Debian's runc package would conflict)"
     else

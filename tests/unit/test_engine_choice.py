@@ -252,8 +252,34 @@ def test_setup_host_refuses_a_release_it_does_not_know_before_touching_anything(
     done = subprocess.run(unshared, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr)
     assert done.stderr.strip() == (
-        f"setup-host: {says} is not a release set-up knows: Debian 12 (bookworm), Debian 13 (trixie), Ubuntu 24.04 (noble)"
+        f"setup-host: {says} is not a release set-up knows: Debian 12 (bookworm), Debian 13 (trixie), Debian 14 (forky, testing), "
+        "Ubuntu 24.04 (noble), Ubuntu 26.04 (resolute)"
     )
+
+
+@pytest.mark.skipif(os.getuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare: a mount over /etc/os-release")
+@pytest.mark.parametrize(
+    "os_release",
+    [
+        'PRETTY_NAME="Ubuntu 26.04 LTS"\nID=ubuntu\nVERSION_CODENAME=resolute\n',
+        'PRETTY_NAME="Debian GNU/Linux forky/sid"\nID=debian\nVERSION_CODENAME=forky\n',
+    ],
+)
+def test_setup_host_knows_the_newest_releases(tmp_path, os_release):
+    """Ubuntu 26.04 and Debian forky (Python 3.14 both) pass the release check: set-up goes on to its
+    venv, where a python3 first on PATH that says it is 3.9 stops it, before anything is installed."""
+    if subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode != 0:
+        pytest.skip("this host refuses a mount namespace of its own (an unprivileged container)")
+    (tmp_path / "os-release").write_text(os_release)
+    python = tmp_path / "python3"
+    python.write_text('#!/bin/sh\ncase "$2" in *"print("*) echo 3.9 ;; *) exit 1 ;; esac\n')
+    python.chmod(0o755)
+    setup = f'PATH="{tmp_path}:$PATH" exec bash scripts/setup-host.sh --toolkit-only'
+    script = f'mount --bind "{tmp_path}/os-release" /etc/os-release && {setup}'
+    unshared = ["unshare", "--mount", "--propagation", "private", "bash", "-c", script]
+    done = subprocess.run(unshared, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    said = f"setup-host: {python} is Python 3.9; torchstack needs Python 3.10 or later"
+    assert done.returncode == 2 and done.stderr.strip() == said, done
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="set-up runs as root")

@@ -65,3 +65,16 @@ def test_the_pipeline_refuses_nothing_the_settling_step_could():
     for module in ("pipeline", "building"):
         text = (PACKAGE / f"{module}.py").read_text()
         assert "UsageProblem" not in text and "make_plan" not in text, module
+
+
+def test_no_function_takes_more_than_8_parameters():
+    """A value carries what travels together (buildjob.BuildJob, engine.BuildRun): a function of a dozen
+    parameters is one whose callers each pass the same half of them."""
+    many = {}
+    for path in PACKAGE.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names = [a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs) if a.arg not in ("self", "cls")]
+                if len(names) > 8:
+                    many[f"{path.name}:{node.name}"] = len(names)
+    assert not many, many
