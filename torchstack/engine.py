@@ -33,7 +33,6 @@ class Builder:
     name = ""  # buildkit | legacy | buildah
     builds_from_ids = True  # BuildKit reads `FROM sha256:...` as a registry's name
     reads_cache = "images"  # what --cache-from gives it: images here (pulled first), a "registry"'s, or nothing ("")
-    copies_by_mount = False  # a step reads its context and secrets through mounts (BuildKit), not COPY
 
     def build(self, job: BuildJob) -> BuildResult:
         raise NotImplementedError
@@ -78,7 +77,6 @@ class BuildKitBuilder(Builder):
     name = "buildkit"
     builds_from_ids = False
     reads_cache = "registry"
-    copies_by_mount = True
 
     def build(self, job: BuildJob) -> BuildResult:
         return buildkit.build(job, self.engine.containerd_store, self.buildx_builder)

@@ -25,7 +25,7 @@ import pytest
 from docker.models.containers import ContainerCollection
 
 from tests import session
-from tests.engine.hosts import COSIGN_KEYS, CURRENT_ENGINE, PODMAN, REBUILD_ENGINE, REGISTRY, SECOND_ENGINE
+from tests.engine.hosts import COSIGN_KEYS, CURRENT_ENGINE, PODMAN, PODMAN5_IMAGE, REBUILD_ENGINE, REGISTRY, SECOND_ENGINE
 from tests.engine.images import APP_RELEASE, BUILDKIT_TAG, IMAGES, README_WHEEL, ZENDNN_WHEELS, copy_of_checkout, x86_wheelhouse
 from torchstack import engine, sharing
 from torchstack.model import ROOT, load_catalog
@@ -175,6 +175,7 @@ def pytest_sessionfinish(session):
         thread.start()
     for thread in closing:
         thread.join()
+    PODMAN5_IMAGE.close()  # once the Podman 5 engine that runs it has stopped
 
 
 @pytest.fixture(scope="session")

@@ -5,11 +5,14 @@ and undone when the session ends."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
+import resource
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -23,6 +26,7 @@ import docker
 import pytest
 
 from tests import session
+from torchstack.model import ROOT
 
 
 def free_port() -> int:
@@ -287,6 +291,138 @@ def podman_engine(registry: str) -> Iterator[dict]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+# Podman 5 (Debian trixie's 5.4), whose binaries need glibc 2.38: on a bookworm host it runs as a service
+# in a container of the host's Docker engine. What it needs there (found 2026-11-28 on this machine):
+# - not --privileged: the host lacks CAP_SYS_RESOURCE, and runc refuses a container that asks for every
+#   capability ("unable to apply caps: operation not permitted"); every capability but that one instead;
+# - seccomp unconfined (else runc inside fails "unable to join session keyring: ... operation not permitted");
+# - a cgroup namespace of its own, its cgroup mounts made writable (Docker mounts them read-only unless
+#   privileged; buildah then fails "mkdir /sys/fs/cgroup/cpuset/buildah-...: read-only file system"):
+#   what it makes there stays under the Docker container's cgroup and goes with it;
+# - storage on a host folder (overlay on the container's own overlay root fails), TMPDIR in it;
+# - runc (crun cannot run containers on hybrid cgroups), cgroupfs (no systemd in the container), the
+#   host's hard limits (set-up's configure_podman), events in a file; containers on the host's network
+#   by default: the default bridge wants netavark's firewall (nft) and would change the host's network.
+PODMAN5_CONF = """\
+# torchstack's tests: Podman 5 in a container of the host's Docker engine (tests/engine/hosts.py)
+[containers]
+netns = "host"
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+"""
+PODMAN5_DOCKERFILE = """\
+FROM {os_image}
+RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \\
+    podman runc ca-certificates > /dev/null && rm -rf /var/lib/apt/lists/*
+COPY containers.conf /etc/containers/containers.conf.d/50-torchstack-test.conf
+ENV PODMAN_IGNORE_CGROUPSV1_WARNING=1
+"""
+# Its cgroup mounts made writable, then the service on the bound socket folder.
+PODMAN5_START = (
+    "mount -o remount,bind,rw /sys/fs/cgroup && for d in /sys/fs/cgroup/*/; do mount -o remount,bind,rw $d || exit 1; done"
+    " && mkdir -p $TMPDIR && exec podman system service --time=0 unix:///run/podman/podman.sock"
+)
+
+
+def _podman5_image(stack: contextlib.ExitStack) -> str:
+    """trixie's Podman 5 as an image of the host's Docker engine, on the toolkit's own trixie OS image
+    (bootstrapped if it is not there): built once a session, named after what goes into it, removed
+    at the session's end."""
+    made = subprocess.run(
+        [sys.executable, str(ROOT / "build.py"), "bootstrap", "--engine", "docker", "--distribution", "trixie"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    if made.returncode != 0:
+        pytest.fail(f"bootstrapping trixie failed: {made.stderr[-2000:]}")
+    os_image = made.stdout.strip().splitlines()[-1]
+    client = docker.from_env()
+    dockerfile = PODMAN5_DOCKERFILE.format(os_image=os_image)
+    content = dockerfile + PODMAN5_CONF + client.images.get(os_image).id
+    tag = f"torchstack-test-podman5:trixie-{hashlib.sha256(content.encode()).hexdigest()[:12]}"
+    with tempfile.TemporaryDirectory(prefix="tsp5-image-") as context:
+        (Path(context) / "Dockerfile").write_text(dockerfile)
+        (Path(context) / "containers.conf").write_text(PODMAN5_CONF)
+        client.images.build(path=context, tag=tag, rm=True, network_mode="host")
+    stack.callback(lambda: client.images.remove(tag))
+    return tag
+
+
+@contextlib.contextmanager
+def podman5_engine(registry: str, image: str) -> Iterator[dict]:
+    """An empty Podman 5 engine (trixie's), as podman_engine's: its API service in a container of the
+    host's Docker engine (podman5_image), on the host's network, its socket and storage in a host folder
+    of its own, the host's hard limits for its containers, the loopback registry reachable over plain
+    HTTP (a registries.conf bound in). Yields the environment that points `build.py --engine podman` at
+    it: the SDK through CONTAINER_HOST, and the host's podman CLI (4.3: a remote client of the 5.4
+    service, for exec, run, ps, images, pull, manifest; not push, whose answer it cannot read) through
+    the same. `image` is PODMAN5_IMAGE's. Afterwards its container is removed (its processes, mounts
+    and cgroups with it) and its folder."""
+    client = docker.from_env()
+    folder = Path(tempfile.mkdtemp(prefix="tsp5-"))  # in the session's root: on disk, not a tmpfs
+    for sub in ("storage", "run"):
+        (folder / sub).mkdir()
+    nofile, nproc = resource.getrlimit(resource.RLIMIT_NOFILE)[1], resource.getrlimit(resource.RLIMIT_NPROC)[1]
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    nofile = 1048576 if nofile == resource.RLIM_INFINITY else min(nofile, 1048576)
+    nproc = pid_max if nproc == resource.RLIM_INFINITY else min(nproc, pid_max)
+    (folder / "limits.conf").write_text(f'[containers]\ndefault_ulimits = ["nofile={nofile}:{nofile}", "nproc={nproc}:{nproc}"]\n')
+    (folder / "registries.conf").write_text(f'[[registry]]\nlocation = "{registry}"\ninsecure = true\n')
+    env = {"CONTAINER_HOST": f"unix://{folder}/run/podman.sock", "CONTAINERS_REGISTRIES_CONF": str(folder / "registries.conf")}
+    container = client.containers.run(
+        image,
+        ["bash", "-c", PODMAN5_START],
+        name=f"torchstack-test-podman5-{session.ID}-{uuid.uuid4().hex[:6]}",
+        detach=True,
+        init=True,  # conmon's orphans are reaped
+        network_mode="host",
+        cgroupns="private",
+        cap_add=["ALL"],
+        cap_drop=["SYS_RESOURCE"],
+        security_opt=["seccomp=unconfined"],
+        environment={"TMPDIR": "/var/lib/containers/tmp"},
+        volumes={
+            str(folder / "storage"): {"bind": "/var/lib/containers", "mode": "rw"},
+            str(folder / "run"): {"bind": "/run/podman", "mode": "rw"},
+            str(folder / "limits.conf"): {"bind": "/etc/containers/containers.conf.d/60-limits.conf", "mode": "ro"},
+            str(folder / "registries.conf"): {"bind": "/etc/containers/registries.conf.d/60-test-registry.conf", "mode": "ro"},
+        },
+        labels=session.labels(),
+    )
+    try:
+        for _ in range(120):
+            container.reload()
+            if container.status != "running":
+                pytest.fail(f"Podman 5's container stopped at once:\n{container.logs().decode(errors='replace')[-3000:]}")
+            with contextlib.suppress(docker.errors.DockerException):
+                docker.DockerClient(base_url=env["CONTAINER_HOST"]).ping()
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"Podman 5's service did not answer:\n{container.logs().decode(errors='replace')[-3000:]}")
+        yield env
+    finally:
+        # Its containers first, through its API (a test cut short leaves some running); what remains
+        # (conmon, cleanup processes, mounts) lives in the container's namespaces and ends with it.
+        with contextlib.suppress(docker.errors.DockerException):
+            for inner in docker.DockerClient(base_url=env["CONTAINER_HOST"], timeout=60).containers.list(all=True):
+                with contextlib.suppress(docker.errors.DockerException):
+                    inner.remove(force=True)
+        with contextlib.suppress(docker.errors.NotFound):
+            container.stop(timeout=30)
+        with contextlib.suppress(docker.errors.NotFound):
+            container.remove(force=True)
+        # Bind mounts are private: nothing should be mounted under the folder on the host; if so, unmounted.
+        mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+        for mount in sorted((m for m in mounts if m.startswith(f"{folder}/")), reverse=True):
+            subprocess.run(["umount", "--lazy", mount], capture_output=True)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 # An empty second engine, as a new CI runner's (second_engine), made by whoever asks first: the
 # background build below, or test_reuse.
 SECOND_ENGINE = Resource(lambda stack: stack.enter_context(second_engine()))
@@ -304,5 +440,11 @@ REBUILD_ENGINE = Resource(
 )
 
 
-# An empty Podman engine (podman_engine), with the session's registry; made by whoever asks first.
-PODMAN = Resource(lambda stack: stack.enter_context(podman_engine(REGISTRY.get())))
+# trixie's Podman 5 as an image of the host's engine (podman5_engine runs it), built by whoever asks first.
+PODMAN5_IMAGE = Resource(_podman5_image)
+
+
+# The session's Podman engine, an empty Podman 5 (podman5_engine: Debian 13's, RHEL 10's and Ubuntu
+# 26.04's major release), with the session's registry; made by whoever asks first. Podman 4.3 (the
+# host's, Debian 12's: podman_engine) builds in the reproducibility test and pulls the zstd test's image.
+PODMAN = Resource(lambda stack: stack.enter_context(podman5_engine(REGISTRY.get(), PODMAN5_IMAGE.get())))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
 import io
 import json
 import os
@@ -34,11 +35,13 @@ from tests.engine.hosts import (
     COSIGN_KEYS,
     CURRENT_ENGINE,
     PODMAN,
+    PODMAN5_IMAGE,
     REBUILD_ENGINE,
     REGISTRY,
     SECOND_ENGINE,
     Resource,
     current_client_env,
+    podman5_engine,
     podman_engine,
 )
 from torchstack.model import ROOT, load_catalog
@@ -398,13 +401,16 @@ def _moved_to_rebuild_engine() -> str:
 
 def _podman_stages_twice() -> list[dict]:
     """The README's request up to its libs stage (the OS image and the stages before the numpy compile),
-    built on two empty Podman engines one after the other, each with a state folder of its own: two
-    hosts' clocks and caches. Their summaries."""
+    built on an empty Podman 4.3 engine (Debian 12's), then on two empty Podman 5 engines one after the
+    other, each with a state folder of its own: three hosts' clocks and caches. Their summaries."""
     summaries = []
-    for _ in range(2):
+    for engine in (
+        functools.partial(podman_engine, REGISTRY.get()),
+        *[functools.partial(podman5_engine, REGISTRY.get(), PODMAN5_IMAGE.get())] * 2,
+    ):
         folder = Path(tempfile.mkdtemp(prefix="torchstack-podman-twice-"))
         try:
-            with podman_engine(REGISTRY.get()) as env:
+            with engine() as env:
                 summary = folder / "summary.json"
                 args = ["--engine", "podman", *X86_ARGS, "--torch-wheel", x86_wheelhouse(), "--build-type", "libs", "--no-test"]
                 made = run_build_py(*args, "--json", str(summary), env={**env, "TORCHSTACK_CACHE": str(folder / "state")})
