@@ -53,6 +53,7 @@ def predicate(plan: Plan, info: dict, record: dict, started: datetime, finished:
     (kind, release, image store: another store makes other layers of the same steps), and why_not
     where this engine's images cannot be made again bit for bit (engine.Builder.why_not_reproducible)."""
     why_not = record.get("why_not")
+    engine = record.get("engine") or {}
     return {
         "buildDefinition": {
             "buildType": BUILD_TYPE,
@@ -78,7 +79,9 @@ def predicate(plan: Plan, info: dict, record: dict, started: datetime, finished:
                 "id": BUILDER_ID,
                 "version": {
                     "torchstack": toolkit_revision()["revision"] or toolkit_revision()["version"],
-                    "engine": record.get("engine") or {},
+                    # SLSA's builder.version maps names to strings: the engine's kind and release, its image store.
+                    "engine": f"{engine.get('kind', '')} {engine.get('version', '')}".strip(),
+                    "image_store": engine.get("store", ""),
                     "builder": plan.builder,
                 },
             },
