@@ -57,9 +57,15 @@ class Engine:
         return f"{self.kind} at {self.url} ({said}{self.why})"
 
     def release(self) -> dict:
-        """What a rebuild must run on to make the same layers (REFERENCE: the two Docker image stores
-        write different layers for the same step): the provenance and the summary record it."""
+        """Its kind, release and image store, as the summary and the provenance record them."""
         return {"kind": self.kind, "version": self.version, "store": self.store}
+
+    def layers_made_by(self) -> dict:
+        """What decides the layers a step makes: the kind and the image store (Docker's overlay2 store
+        writes whiteouts and lock files its containerd store does not). The release image's build-info
+        records it, so a rebuild runs where the layers come out the same; not the release, which would
+        make every engine update a new image."""
+        return {"kind": self.kind, "store": self.store}
 
 
 def podman_socket(environ: Mapping[str, str], uid: int) -> Path:

@@ -44,7 +44,7 @@ def verify(client, engine: Engine, catalog: Catalog, image: str, given: list[str
     NotReproduced naming what differs where not (the images made again kept, for a closer look)."""
     found, info = recorded(client, image)
     check_revision(image, info, toolkit_revision())
-    check_engine(image, info, engine, note)
+    check_engine(image, info, engine)
     args = [*arguments(catalog, info, found.labels), *given]
     with tempfile.TemporaryDirectory(prefix="torchstack-rebuild-") as work:
         made = build_again(args, epoch_of(found), summary or Path(work) / "summary.json")
@@ -90,26 +90,21 @@ def check_revision(image: str, info: dict, here: dict) -> None:
         )
 
 
-def check_engine(image: str, info: dict, engine: Engine, note) -> None:
-    """Refuses (one line) an engine whose image store differs from the one that built the image: the
-    same step writes other layers on Docker's overlay2 store (opaque whiteouts, lock files) than on its
-    containerd store, so the two never compare equal. Another release of the same store is named (its
-    layers may differ too) but tried. Images that record no engine are tried as they are."""
-    built_on = info.get("engine")
-    if not built_on:
-        return
-    here = engine.release()
-    if (built_on["kind"], built_on["store"]) != (here["kind"], here["store"]):
+def check_engine(image: str, info: dict, engine: Engine) -> None:
+    """Refuses (one line) an engine whose kind or image store differs from the one that built the image:
+    the same step writes other layers on Docker's overlay2 store (opaque whiteouts, lock files) than on
+    its containerd store, so the two never compare equal. Images that record no engine are tried as
+    they are; the engine's release is in the provenance (the same release is the surest)."""
+    built_on, here = info.get("engine"), engine.layers_made_by()
+    if built_on and built_on != here:
         raise UsageProblem(
             f"{image}: built on {_engine_words(built_on)}; this engine is {_engine_words(here)}: the same steps make other "
-            f"layers there. Rebuild it on {built_on['kind'].capitalize()} {built_on['version']} with the {built_on['store']} image store"
+            f"layers there. Rebuild it on {_engine_words(built_on)}"
         )
-    if built_on["version"] != here["version"]:
-        note(f"torchstack: warning: {image} was built on {_engine_words(built_on)}; this is {here['version']}: its layers may differ")
 
 
-def _engine_words(release: dict) -> str:
-    return f"{release['kind'].capitalize()} {release['version']} ({release['store']} image store)"
+def _engine_words(made_by: dict) -> str:
+    return f"{made_by['kind'].capitalize()} with the {made_by['store']} image store"
 
 
 def arguments(catalog: Catalog, info: dict, labels: dict[str, str]) -> list[str]:

@@ -137,10 +137,10 @@ def add_records(build: BuildRun, plan: Plan, image: str) -> tuple[str, Path]:
     client, context = build.client, build.contexts / "sbom"
     found = client.images.get(image)
     # Dated by the plan: an image ID of Podman's, dated FILE_EPOCH, is made for many SOURCE_DATE_EPOCHs.
-    # The engine that built it goes into its build-info: another engine release or image store makes other
-    # layers of the same steps, so a rebuild must name it (rebuild.py).
-    made_by = build.engine.release()
-    key = "-".join([found.id.removeprefix("sha256:"), str(plan.source_date_epoch), made_by["store"], made_by["version"]])
+    # The engine's kind and image store go into its build-info: another store makes other layers of the
+    # same steps, so a rebuild must run on the same one (rebuild.py).
+    made_by = build.engine.layers_made_by()
+    key = "-".join([found.id.removeprefix("sha256:"), str(plan.source_date_epoch), made_by["kind"], made_by["store"]])
     cached = sources.state_dir() / "sbom" / f"{key}-records.json"
     if cached.is_file():
         info, text, content = json.loads(cached.read_text()).values()

@@ -44,7 +44,7 @@ def test_the_readme_build_takes_buildkit_for_every_stage_and_passes_its_checks(b
     assert release.labels, "the release image on the current engine carries no labels"
     engine = built_on_current["engine"]
     assert engine["store"] == "containerd" and engine["sizes"] == "compressed", engine
-    assert json.loads(release.labels[BUILD_INFO_LABEL])["engine"] == {k: engine[k] for k in ("kind", "version", "store")}
+    assert json.loads(release.labels[BUILD_INFO_LABEL])["engine"] == {"kind": "docker", "store": "containerd"}
 
 
 def test_the_summary_names_the_builder_of_each_stage(x86_build):

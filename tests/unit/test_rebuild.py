@@ -64,15 +64,12 @@ def test_the_images_date_is_its_source_date_epoch():
     assert rebuild.epoch_of(SimpleNamespace(attrs={"Created": "2026-11-27T09:30:00.123456789Z"})) == 1795771800
 
 
-def test_a_rebuild_on_another_image_store_is_refused_in_one_line_and_another_release_is_named():
+def test_a_rebuild_on_another_image_store_is_refused_in_one_line():
     """Docker's overlay2 store writes opaque whiteouts and lock files into the layers that its
-    containerd store does not: the same steps, other layers."""
-    built_on = {"engine": {"kind": "docker", "version": "29.1.3", "store": "containerd"}}
+    containerd store does not: the same steps, other layers. Another release of the same store is tried."""
+    built_on = {"engine": {"kind": "docker", "store": "containerd"}}
     overlay = Engine("docker", "unix:///x.sock", "test", "29.1.3", "1.52", "1.44", "overlay2")
-    with pytest.raises(UsageProblem, match=r"built on Docker 29.1.3 \(containerd image store\); this engine is Docker 29.1.3 \(overlay2"):
-        rebuild.check_engine("img", built_on, overlay, print)
-    said = []
-    rebuild.check_engine("img", built_on, dataclasses.replace(overlay, version="29.2.0", store="containerd"), said.append)
-    assert said == ["torchstack: warning: img was built on Docker 29.1.3 (containerd image store); this is 29.2.0: its layers may differ"]
-    rebuild.check_engine("img", {}, overlay, said.append)  # an image that records no engine: tried as it is
-    assert len(said) == 1
+    with pytest.raises(UsageProblem, match="built on Docker with the containerd image store; this engine is Docker with the overlay2"):
+        rebuild.check_engine("img", built_on, overlay)
+    rebuild.check_engine("img", built_on, dataclasses.replace(overlay, version="29.2.0", store="containerd"))
+    rebuild.check_engine("img", {}, overlay)  # an image that records no engine: tried as it is
