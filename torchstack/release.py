@@ -187,13 +187,6 @@ def probe(client, plan: Plan, image: str) -> dict:
     torch, NNPA through libzdnn. {} when the plan names no probe."""
     if not plan.probe_args:
         return {}
-    out = client.containers.run(
-        image,
-        list(plan.probe_args),
-        entrypoint=["python3", f"{layout.TOOLKIT_DIR}/probe.py", "--json"],
-        remove=True,
-        platform=plan.platform,
-        network_mode="none",
-        labels=sharing.labels(),
-    )
+    entrypoint = ["python3", f"{layout.TOOLKIT_DIR}/probe.py", "--json"]
+    out = sharing.output_of(client, image, list(plan.probe_args), entrypoint=entrypoint, platform=plan.platform, network_mode="none")
     return json.loads(out.decode().strip().splitlines()[-1])

@@ -44,14 +44,8 @@ print(json.dumps({"python": [[n, v, lic] for (n, v), lic in python], "debian": d
 def inventory(client: docker.DockerClient, image: str, platform: str) -> dict:
     """What `image` holds: [name, version, license expression] per Python distribution of its
     venv, [package, version, architecture, source package] per installed Debian package."""
-    output = client.containers.run(
-        image,
-        [f"{VENV}/bin/python3", "-c", _INVENTORY],
-        entrypoint=[],
-        platform=platform,
-        remove=True,
-        network_mode="none",
-        labels=sharing.labels(),
+    output = sharing.output_of(
+        client, image, [f"{VENV}/bin/python3", "-c", _INVENTORY], entrypoint=[], platform=platform, network_mode="none"
     )
     return json.loads(output.decode().strip().splitlines()[-1])
 

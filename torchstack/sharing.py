@@ -82,6 +82,22 @@ def labels() -> dict[str, str]:
     return {LABEL: owner()}
 
 
+def output_of(client: docker.DockerClient, image: str, command: list[str], stderr: bool = False, **options) -> bytes:
+    """What `command` prints (stdout; with `stderr`, both) in a new container of `image`, which carries
+    this run's owner and is removed after. Read once the container has ended, not followed while it
+    runs as the SDK's `containers.run` does: Podman 5's API often answers such a follower of a container
+    that ended at once with nothing. A non-zero exit raises the SDK's ContainerError, with its stderr."""
+    container = client.containers.create(image, command, labels=labels(), **options)
+    try:
+        container.start()
+        code = container.wait()["StatusCode"]
+        if code != 0:
+            raise docker.errors.ContainerError(container, code, command, image, container.logs(stdout=False, stderr=True))
+        return container.logs(stdout=True, stderr=stderr)
+    finally:
+        container.remove(force=True)
+
+
 def gone(who: str) -> bool:
     """Whether `who` (an owner) is known to have ended: a process of this host that is not running
     (or a new process under its pid). One of another host cannot be judged here: not gone."""

@@ -301,12 +301,15 @@ def podman_engine(registry: str) -> Iterator[dict]:
 #   what it makes there stays under the Docker container's cgroup and goes with it;
 # - storage on a host folder (overlay on the container's own overlay root fails), TMPDIR in it;
 # - runc (crun cannot run containers on hybrid cgroups), cgroupfs (no systemd in the container), the
-#   host's hard limits (set-up's configure_podman), events in a file; containers on the host's network
+#   host's hard limits (set-up's configure_podman), events and containers' output in files (no journald
+#   in the container: with Debian's default, journald, a container's output was often lost, and the
+#   SDK's `containers.run` returned nothing); containers on the host's network
 #   by default: the default bridge wants netavark's firewall (nft) and would change the host's network.
 PODMAN5_CONF = """\
 # torchstack's tests: Podman 5 in a container of the host's Docker engine (tests/engine/hosts.py)
 [containers]
 netns = "host"
+log_driver = "k8s-file"
 [engine]
 runtime = "runc"
 cgroup_manager = "cgroupfs"

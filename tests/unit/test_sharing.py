@@ -9,6 +9,7 @@ import threading
 import time
 from types import SimpleNamespace
 
+import docker.errors
 import pytest
 
 from torchstack import sharing
@@ -167,3 +168,40 @@ def test_a_lock_on_a_long_name_fits_in_a_file_name(tmp_path):
         with sharing.lock(tmp_path, long + "x", print):  # another name: another lock, no wait
             pass
     assert all(len(p.name) <= 255 for p in tmp_path.iterdir()) and len(list(tmp_path.iterdir())) == 2
+
+
+class _Ended:
+    """A container as the engine's API shows one that ends at once: its output there once it has ended."""
+
+    def __init__(self, code: int):
+        self.code, self.calls = code, []
+
+    def start(self):
+        self.calls.append("start")
+
+    def wait(self):
+        self.calls.append("wait")
+        return {"StatusCode": self.code}
+
+    def logs(self, stdout=True, stderr=False):
+        self.calls.append(f"logs {stdout} {stderr}")
+        return b"out\n" if stdout else b"err\n"
+
+    def remove(self, force=False):
+        self.calls.append("remove")
+
+
+def test_a_containers_output_is_read_once_it_has_ended_and_the_container_removed():
+    """Podman 5's API often answers nothing to a follower of a container that ended at once (the SDK's
+    containers.run follows): the output is read after the wait."""
+    ended = _Ended(0)
+    created = []
+    client = SimpleNamespace(containers=SimpleNamespace(create=lambda image, command, **options: created.append(options) or ended))
+    assert sharing.output_of(client, "img", ["true"], network_mode="none") == b"out\n"
+    assert ended.calls == ["start", "wait", "logs True False", "remove"]
+    assert created[0]["labels"] == sharing.labels() and created[0]["network_mode"] == "none"
+    failed = _Ended(3)
+    client.containers.create = lambda image, command, **options: failed
+    with pytest.raises(docker.errors.ContainerError):
+        sharing.output_of(client, "img", ["false"])
+    assert failed.calls[-1] == "remove"

@@ -763,9 +763,7 @@ def test_interactive_start_shows_the_banner_and_the_defaults(banner, ours):
 def test_a_non_interactive_run_prints_only_its_own_output(image):
     """docker run IMAGE CMD: through the entry point (and its CPU check, which passes on this
     host), nothing added to the output."""
-    out = docker.from_env().containers.run(
-        image, ["python3", "-c", "print('only this')"], remove=True, stderr=True, network_mode="none", labels=sharing.labels()
-    )
+    out = sharing.output_of(docker.from_env(), image, ["python3", "-c", "print('only this')"], stderr=True, network_mode="none")
     assert out.decode() == "only this\n", out
 
 
