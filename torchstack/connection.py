@@ -151,6 +151,19 @@ def _api(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(".") if part.isdigit())
 
 
+# The oldest Podman builds are tried with (Debian 12's): its own build endpoint with every date given
+# (oci_build.py) and the Docker-compatible API the toolkit drives. RHEL 8 and 9 ship newer ones.
+PODMAN_OLDEST = (4, 3)
+
+
+def too_old_to_build(chosen: Engine) -> str | None:
+    """Why the connected engine cannot build the toolkit's images; None where it can."""
+    if chosen.kind != "podman" or _api(chosen.version.split("-")[0]) >= PODMAN_OLDEST:
+        return None
+    oldest = ".".join(map(str, PODMAN_OLDEST))
+    return f"Podman {chosen.version} at {chosen.url} is older than {oldest}, the oldest the toolkit builds with: upgrade Podman"
+
+
 def cli_refused(chosen: Engine, environ: Mapping[str, str] | None = None) -> str | None:
     """Why the `docker` command here cannot drive the engine (buildx builds, the checks' `docker exec`):
     its API is older than the oldest the engine accepts (Debian 12's docker.io 20.10 speaks 1.41,

@@ -229,13 +229,14 @@ def _ccache_mover(plan: Plan, run: RunOptions, base: str):
 
 
 def _builder(client, chosen: connection.Engine, plan: Plan, run: RunOptions) -> engine.Builder:
-    """The plan's builder on the engine as it answered; refused in one line where the `docker` command
-    here cannot drive it (BuildKit's builds and the checks go through it)."""
+    """The plan's builder on the engine as it answered; refused in one line where the engine is too old
+    to build, or the `docker` command here cannot drive it (BuildKit's builds and the checks go through it)."""
     builder = engine.builder_for(client, chosen, plan.builder, run.buildx_builder)
-    if builder.name == "buildkit" or not run.no_test:
+    refused = connection.too_old_to_build(chosen)
+    if not refused and (builder.name == "buildkit" or not run.no_test):
         refused = connection.cli_refused(chosen)
-        if refused:
-            raise HostNotReady(refused)
+    if refused:
+        raise HostNotReady(refused)
     return builder
 
 

@@ -302,3 +302,18 @@ def test_setup_host_refuses_a_python_it_cannot_make_the_venv_with_in_one_line(tm
     setup = ["bash", "scripts/setup-host.sh", "--toolkit-only"]
     done = subprocess.run(setup, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout, done.stderr.strip()) == (2, "", "setup-host: " + says.format(python=python))
+
+
+@pytest.mark.parametrize(
+    ("version", "refused"), [("3.4.4", True), ("4.2.0", True), ("4.3.1", False), ("5.4.2", False), ("6.0.0-dev", False)]
+)
+def test_a_podman_older_than_the_oldest_tried_is_refused_before_any_build(version, refused):
+    engine = Engine("podman", "unix:///run/podman/podman.sock", "test", version, "1.41", "1.24", "overlay")
+    said = connection.too_old_to_build(engine)
+    assert (said is not None) == refused, said
+    if refused:
+        assert (
+            said
+            == f"Podman {version} at unix:///run/podman/podman.sock is older than 4.3, the oldest the toolkit builds with: upgrade Podman"
+        )
+    assert connection.too_old_to_build(dataclasses.replace(engine, kind="docker", version="20.10.24")) is None
