@@ -80,11 +80,12 @@ def build(job: BuildJob, containerd_store: bool, builder: str | None = None) -> 
 
 def image_id_from(metadata: dict, containerd_store: bool) -> str:
     """The loaded image's ID from buildx's --metadata-file: on Docker's containerd image store the
-    digest of its manifest (the store names images so), elsewhere its config's digest. Not buildx's
-    --iidfile: up to buildx 0.29 it writes the config's digest on the containerd store too, which
-    the engine cannot resolve (docker/buildx#3952)."""
-    key = "containerimage.digest" if containerd_store else "containerimage.config.digest"
-    found = metadata.get(key) or metadata.get("containerimage.config.digest")
+    digest of its manifest (the store names images so), elsewhere its config's digest, which Docker
+    23 and later name `containerimage.config.digest` and Docker 20.10's BuildKit `containerimage.digest`
+    (its only key). Not buildx's --iidfile: up to buildx 0.29 it writes the config's digest on the
+    containerd store too, which the engine cannot resolve (docker/buildx#3952)."""
+    keys = ("containerimage.digest",) if containerd_store else ("containerimage.config.digest", "containerimage.digest")
+    found = next((metadata[key] for key in keys if metadata.get(key)), None)
     if not found:
         raise BuildFailed(f"docker buildx build named no image in its metadata (it gave {sorted(metadata) or 'nothing'})")
     return found

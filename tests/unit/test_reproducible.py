@@ -119,6 +119,8 @@ def test_the_image_id_is_what_the_engines_store_calls_it():
     said = {"containerimage.digest": "sha256:" + "aa" * 32, "containerimage.config.digest": "sha256:" + "cc" * 32}
     assert image_id_from(said, containerd_store=True) == "sha256:" + "aa" * 32
     assert image_id_from(said, containerd_store=False) == "sha256:" + "cc" * 32
+    # Docker 20.10's BuildKit names the image's ID (its config's digest) containerimage.digest alone (seen here).
+    assert image_id_from({"containerimage.digest": "sha256:" + "cc" * 32}, containerd_store=False) == "sha256:" + "cc" * 32
 
 
 def test_a_context_has_fixed_times_and_the_users_files_keep_theirs(plan_for, tmp_path, monkeypatch):
