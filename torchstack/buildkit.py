@@ -47,7 +47,8 @@ def build(job: BuildJob, containerd_store: bool, builder: str | None = None) -> 
     cached: set[str] = set()
     # A process group of its own: Docker 20.10's CLI runs buildx as a plugin process, and when the CLI
     # is stopped the plugin goes on building and keeps the pipe open; the group stops both.
-    command = buildx_command(job, builder, metadata)
+    # Only where BuildKit would attach attestations: the containerd store, a builder of its own.
+    command = buildx_command(job, builder, metadata, no_attestations=containerd_store or builder is not None)
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, bufsize=1, start_new_session=True)
     try:
         for line in process.stderr:
@@ -104,18 +105,20 @@ def _stop_group(process: subprocess.Popen) -> None:
             continue
 
 
-def buildx_command(job: BuildJob, builder: str | None = None, metadata: Path | None = None) -> list[str]:
+def buildx_command(job: BuildJob, builder: str | None = None, metadata: Path | None = None, no_attestations: bool = False) -> list[str]:
     """The `docker buildx build` command line for one job. `job.epoch` (SOURCE_DATE_EPOCH) is the
     image config's and its history's time instead of the clock; it is no step's input, so it
-    changes no step's cache. BuildKit's own attestations are off (--provenance=false, --sbom=false):
-    on Docker's containerd image store they would put the build's clock into an index beside the
-    image, and so into its ID and pushed digest; the toolkit's signed SBOM and provenance are what it
-    vouches for. With `job.inline_cache` the image carries its cache metadata inline (`--cache-to
-    type=inline`: the layers of the stage's own image, which is what BuildKit's `docker` driver can
-    export), so that, pushed, it serves another host's `--cache-from type=registry,ref=IMAGE`; that
-    record holds the times its layers were made, so such an image is never the same twice (the
-    release image, built on it, does not carry it)."""
-    command = ["docker", "buildx", "build", "--progress=plain", "--load", "--provenance=false", "--sbom=false"]
+    changes no step's cache. With `no_attestations` BuildKit's own attestations are off
+    (--provenance=false, --sbom=false): on Docker's containerd image store they would put the
+    build's clock into an index beside the image, and so into its ID and pushed digest; the
+    toolkit's signed SBOM and provenance are what it vouches for. Elsewhere the docker driver
+    attaches none. With `job.inline_cache` the image carries its cache metadata inline
+    (`--cache-to type=inline`: the layers of the stage's own image, which is what BuildKit's
+    `docker` driver can export), so that, pushed, it serves another host's `--cache-from
+    type=registry,ref=IMAGE`; that record holds the times its layers were made, so such an image
+    is never the same twice (the release image, built on it, does not carry it)."""
+    command = ["docker", "buildx", "build", "--progress=plain", "--load"]
+    command += ["--provenance=false", "--sbom=false"] if no_attestations else []
     command += [*(["--tag", job.tag] if job.tag else []), "--platform", job.platform, "--network", "host"]
     if job.inline_cache:
         command += ["--cache-to", "type=inline"]

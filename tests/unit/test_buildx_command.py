@@ -23,8 +23,6 @@ def test_a_stage_is_built_and_loaded_back_with_its_secrets_and_labels():
         "build",
         "--progress=plain",
         "--load",
-        "--provenance=false",
-        "--sbom=false",
         "--tag",
         "torchstack-libs:t",
         "--platform",
