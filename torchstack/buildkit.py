@@ -45,10 +45,10 @@ def build(job: BuildJob, containerd_store: bool, builder: str | None = None) -> 
     progress = job.progress
     steps: dict[str, str] = {}
     cached: set[str] = set()
+    # Attestations off only where BuildKit would attach them: the containerd store, a builder of its own.
+    command = buildx_command(job, builder, metadata, no_attestations=containerd_store or builder is not None)
     # A process group of its own: Docker 20.10's CLI runs buildx as a plugin process, and when the CLI
     # is stopped the plugin goes on building and keeps the pipe open; the group stops both.
-    # Only where BuildKit would attach attestations: the containerd store, a builder of its own.
-    command = buildx_command(job, builder, metadata, no_attestations=containerd_store or builder is not None)
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, bufsize=1, start_new_session=True)
     try:
         for line in process.stderr:
