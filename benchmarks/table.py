@@ -39,6 +39,10 @@ nothing into the checkout unless told to.
 - **pull**: `.venv/bin/python benchmarks/pull.py --image IMAGE --json benchmarks/results/pull.json`. A new
   node's pull and unpack of an image from a loopback registry, zstd layers against gzip, with
   containerd's `ctr` (what Kubernetes nodes run) and with Podman.
+- **lazy**: `.venv/bin/python benchmarks/lazy.py --image IMAGE --json benchmarks/results/lazy.json` (as root).
+  A new node's first answer from the README image, from the request to the baked model's answer on an
+  empty containerd node with SOCI's snapshotter: started lazily from the image's SOCI index
+  (`--lazy soci`) against after a plain pull, from a loopback registry.
 - **first_build**: `.venv/bin/python benchmarks/first_build.py --json benchmarks/results/first_build.json` (as
   root). The README's build on an engine of its own with an empty data root and an empty toolkit
   cache, as on a new host: the bootstrap, each stage and the checks.
@@ -202,6 +206,18 @@ def pull_figures(result: dict) -> list[tuple[str, str, str]]:
     return rows
 
 
+def lazy_figures(result: dict) -> list[tuple[str, str, str]]:
+    """(figure, measured, goal) rows of a benchmarks/lazy.py result."""
+    medians = {name: statistics.median(runs) for name, runs in result["first_answer_s"].items()}
+    goals = result["goals"]
+    measured = f"{medians['lazy']:.1f} s / {medians['plain']:.1f} s = {result['lazy_plain_ratio']:.3f}"
+    wanted = f"lazy {goals['lazy_s']} s, lazy / plain {goals['ratio']}"
+    return [
+        ("a new node's first answer, lazily (SOCI) / after a plain pull", measured, goal(wanted, result["goals_met"])),
+        ("making and pushing the SOCI index (`--lazy soci`)", f"{result['index_s']:.0f} s", ""),
+    ]
+
+
 def size_figures(result: dict) -> list[tuple[str, str, str]]:
     """(figure, measured, goal) rows of a benchmarks/size.py result."""
     ours, other = result["mib"]["image"], result["mib"]["vs"]
@@ -276,6 +292,8 @@ def benchmark_of(result: dict) -> tuple[str, list[tuple[str, str, str]]]:
         return "child", child_figures(result)
     if "check_run_median_s" in result:
         return "checks", checks_figures(result)
+    if "lazy_plain_ratio" in result:
+        return "lazy", lazy_figures(result)
     if "zstd_gzip_size_ratio" in result:
         return "pull", pull_figures(result)
     if "baked_cold_ratio" in result:

@@ -8,21 +8,25 @@
 # Ubuntu 24.04 (noble), Ubuntu 26.04 (resolute).
 #   --engine docker (the default): the Docker engine (a Docker CE host's own packages are kept);
 #   --engine podman: Podman and its API service instead, for a host without Docker;
+#   --lazy: also SOCI's soci and containerd 2 (Debian forky's), with which --lazy soci indexes a
+#     pushed image for nodes that start it before its pull ends;
 #   --tests: also what the engine tests need besides the engine: a registry server, Podman (whose
-#     service the tests start on sockets of their own) and a current Docker engine (as Docker 29 runs
-#     on a new install: images in containerd's store) that the tests start beside the host's;
+#     service the tests start on sockets of their own), a current Docker engine (as Docker 29 runs
+#     on a new install: images in containerd's store) that the tests start beside the host's, and
+#     what --lazy installs, with FUSE (fuse3) for the tests' lazy node;
 #   --toolkit-only: only the toolkit's venv (and python3-venv where the distribution splits it out).
 set -euo pipefail
 
 say() { echo "setup-host: $*"; }
-usage="usage: $0 [--engine docker|podman] [--tests] [--toolkit-only]"
+usage="usage: $0 [--engine docker|podman] [--lazy] [--tests] [--toolkit-only]"
 
-engine=docker tests='' toolkit_only=''
+engine=docker tests='' lazy='' toolkit_only=''
 while (($#)); do
     case $1 in
         --engine) engine=${2:-}; shift 2 || shift ;;
         --engine=*) engine=${1#--engine=}; shift ;;
-        --tests) tests=1; shift ;;
+        --tests) tests=1 lazy=1; shift ;;
+        --lazy) lazy=1; shift ;;
         --toolkit-only) toolkit_only=1; shift ;;
         *) echo "setup-host: unknown argument $1 ($usage)" >&2; exit 2 ;;
     esac
@@ -110,7 +114,8 @@ fi
 #     slirp4netns, which Podman 6 dropped, serves Podman 4 (Debian 12, Ubuntu 24.04); and runc (crun, which Podman prefers, cannot run on a host with hybrid cgroups) unless
 #     Docker CE's containerd.io is here: it carries its own runc, and dpkg refuses a second one;
 #   the tests (--tests): their own signed Debian archive (gpg), their second engines' bridges
-#     (iproute2), a registry server (docker-registry, below), Podman.
+#     (iproute2), a registry server (docker-registry, below), Podman, and FUSE (fuse3: its
+#     fusermount3) for the SOCI snapshotter of their lazy node.
 missing=()
 wanted=(mmdebstrap debian-archive-keyring arch-test curl gpgv xz-utils ca-certificates skopeo)
 if [[ $engine == docker ]] && ! command -v dockerd > /dev/null; then
@@ -119,7 +124,7 @@ if [[ $engine == docker ]] && ! command -v dockerd > /dev/null; then
 fi
 podman_wanted=''
 [[ $engine == podman || -n $tests ]] && podman_wanted=1
-[[ -n $tests ]] && wanted+=(gpg iproute2)
+[[ -n $tests ]] && wanted+=(gpg iproute2 fuse3)
 if [[ -n $podman_wanted ]]; then
     case $release in
         debian:bookworm | ubuntu:noble) wanted+=(podman uidmap slirp4netns) ;; # Podman 4.3, 4.9
@@ -395,6 +400,32 @@ if [[ -n $tests ]]; then
     if [[ -d /usr/local/lib/torchstack/docker ]]; then
         say "removing /usr/local/lib/torchstack/docker (trixie's dockerd, the tests' former current engine)"
         rm -rf /usr/local/lib/torchstack/docker
+    fi
+fi
+
+# --lazy soci's tools: Debian forky's soci-snapshotter 0.4.1 (soci, which makes and pushes an index,
+# and soci-snapshotter-grpc, a node's snapshotter, which the tests run) and containerd 2.1.9
+# (containerd, ctr, its runc shim), into LAZY_DIR, where the toolkit looks first. They need only
+# libc6 2.34. The index is made in a containerd of the toolkit's own, never the host's.
+LAZY_DIR=/usr/local/lib/torchstack/soci
+if [[ -n $lazy ]]; then
+    if [[ -s $LAZY_DIR/version ]]; then
+        say "SOCI's tools are in $LAZY_DIR ($(paste -sd' ' "$LAZY_DIR/version"))"
+    else
+        say "installing Debian forky's soci-snapshotter and containerd into $LAZY_DIR for --lazy soci (signature and checksums verified)"
+        work=$(mktemp -d)
+        for package in soci-snapshotter containerd; do
+            fetch_from forky "$package" "$work/$package.deb"
+            dpkg-deb -x "$work/$package.deb" "$work/root"
+            echo "$package $(dpkg-deb -f "$work/$package.deb" Version)" >> "$work/version"
+        done
+        rm -rf "$LAZY_DIR"
+        mkdir -p "$LAZY_DIR"
+        for binary in soci soci-snapshotter-grpc containerd ctr containerd-shim-runc-v2; do
+            install -m 0755 "$work/root/usr/bin/$binary" "$LAZY_DIR/"
+        done
+        mv "$work/version" "$LAZY_DIR/version" # last: the folder is whole
+        rm -rf "$work"
     fi
 fi
 

@@ -182,8 +182,9 @@ def verify_command(catalog: Catalog) -> click.Command:
     def verify_command(image: str, key: str | None, pull: bool, rebuild: bool, json_file, engine: str, **given) -> None:
         """Check IMAGE in its registry before use: its signature (each image's, for a multi-architecture
         list), its SBOM and provenance attestations, both about this very digest, and the provenance
-        against the image's build-info. Prints the digest to pull. With --rebuild, build it again here
-        and compare (docs/using/reproducible.md)."""
+        against the image's build-info, and whether it pulls lazily (a SOCI index, which must be signed
+        too). Prints the digest to pull. With --rebuild, build it again here and compare
+        (docs/using/reproducible.md)."""
         from torchstack import registry, signing
 
         if not key and not rebuild:
@@ -196,6 +197,9 @@ def verify_command(catalog: Catalog) -> click.Command:
             found = signing.verify(image, signing.check_key(key, "--key", private=False))
             for line in found.images:
                 click.echo(f"torchstack: verified {line}: signature, SBOM and provenance (this digest, its build-info)", err=True)
+            for digest, indexes in found.lazy.items():
+                lazily = f"pulls lazily: SOCI index {', '.join(indexes)}, signed" if indexes else "has no SOCI index: nodes pull it whole"
+                click.echo(f"torchstack: {digest} {lazily}", err=True)
             reference = found.reference
         if pull or rebuild:
             client, chosen = connect(choose(engine))

@@ -13,7 +13,7 @@ from torchstack.connection import ENGINES, choose, refuse_for
 from torchstack.errors import UsageProblem
 from torchstack.model import Catalog
 from torchstack.plan import Request
-from torchstack.run_options import COMPRESSIONS
+from torchstack.run_options import COMPRESSIONS, LAZY_FORMATS
 from torchstack.selection import BUILD_TYPES, BUILDERS, RUNTIMES
 from torchstack.sources import state_dir
 from torchstack.wheels import pip_index_settings
@@ -274,6 +274,13 @@ def publish_options(func):
         show_default=True,
         help="Layers of the pushed release image. zstd: smaller and unpacked faster; pulled by containerd 1.5+ "
         "(Kubernetes nodes), Docker 23+, Podman and CRI-O, not by Docker 20.10 (pushed with skopeo; the stages stay gzip).",
+    )
+    @click.option(
+        "--lazy",
+        type=click.Choice(LAZY_FORMATS),
+        help="With --push, also push a SOCI index of the release image and sign it with --sign's key: containerd "
+        "nodes with the SOCI snapshotter start it before its pull ends; other engines pull the same image as before "
+        "(needs root and bash scripts/setup-host.sh --lazy).",
     )
     @click.option("--push-stages", is_flag=True, help="With --push, push the stage images too, so other hosts' builds start from them.")
     @click.option(

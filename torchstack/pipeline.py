@@ -22,8 +22,10 @@ from torchstack import (
     connection,
     engine,
     layout,
+    lazy,
     prerequisites,
     publish,
+    registry,
     sharing,
     signing,
     sources,
@@ -148,7 +150,7 @@ def _say_first(view: BuildView, plan: Plan, run: RunOptions, chosen, notes: list
         view.note(f"torchstack: base image {plan.base_image} is not here; {how}")
 
 
-def _summary(plan: Plan, chosen, release: _Release, pushed: list, signed: list, seconds: float, log_path: Path, reproducible: dict) -> dict:
+def _summary(plan: Plan, chosen, release: _Release, published: _Published, seconds: float, log_path: Path, reproducible: dict) -> dict:
     """The build's summary, as --json writes it (with the stages): with what makes it again (the
     images' SOURCE_DATE_EPOCH, the archive's state, the OS image) or why this engine cannot."""
     return {
@@ -165,17 +167,25 @@ def _summary(plan: Plan, chosen, release: _Release, pushed: list, signed: list, 
         "plugins": [p.requirement for p in plan.plugins],
         "probes": release.probes,
         "sbom": str(release.sbom) if release.sbom else None,
-        "pushed": [{"reference": p.reference, "digest": p.digest, "layers": p.layers, "attempts": p.attempts} for p in pushed],
-        "signed": signed,
+        "pushed": [{"reference": p.reference, "digest": p.digest, "layers": p.layers, "attempts": p.attempts} for p in published.pushed],
+        "signed": published.signed,
+        "lazy": published.lazy,
         "seconds": round(seconds, 1),
         "log": str(log_path),
         "reproducible": reproducible,
     }
 
 
-def _publish(
-    build: BuildRun, plan: Plan, run: RunOptions, pushes: list, release: _Release, began: datetime, record: dict
-) -> tuple[list, list]:
+@dataclasses.dataclass
+class _Published:
+    """What a build's --push sent and --sign signed, as its summary records them."""
+
+    pushed: list = dataclasses.field(default_factory=list)  # publish.Pushed
+    signed: list = dataclasses.field(default_factory=list)  # what signing.sign says it signed
+    lazy: dict | None = None  # with --lazy: {"format", "image", "index"} of the pushed image's index
+
+
+def _publish(build: BuildRun, plan: Plan, run: RunOptions, pushes: list, release: _Release, began: datetime, record: dict) -> _Published:
     """The pushes, then with --sign the pushed release image signed, its SBOM and provenance attested.
     The release tag moves to each new image, and a dated tag (TAG-YYYYMMDDHHMM) names it for good;
     a release the registry already holds under its tag (a scheduled rebuild that changed nothing)
@@ -190,14 +200,16 @@ def _publish(
                 f"torchstack: {remote} already holds this release: the same records and packages at the same versions; "
                 "nothing new to push or sign"
             )
-            return [publish.push(client, name, there, note, kind) for name, there in pushes[:-1]], []
+            done = _Published([publish.push(client, name, there, note, kind) for name, there in pushes[:-1]])
+            return _lazy_index(run, remote, None, note, done)
         pushes = [*pushes[:-1], (local, f"{remote}-{began:%Y%m%d%H%M}"), (local, remote)]
     pushed = [publish.push(client, local, remote, note, kind, zstd and local == plan.top_image) for local, remote in pushes]
-    for done in pushed:
-        layers = f", {done.layers} layers, {done.already_there} already there" if done.layers else ""
-        note(f"torchstack: pushed {done.reference} ({done.digest}{layers})")
+    for each in pushed:
+        layers = f", {each.layers} layers, {each.already_there} already there" if each.layers else ""
+        note(f"torchstack: pushed {each.reference} ({each.digest}{layers})")
+    done = _Published(pushed)
     if not run.sign:
-        return pushed, []
+        return _lazy_index(run, pushed[-1].reference, pushed[-1].digest, note, done)
     info = json.loads(client.images.get(release.image_id).labels[BUILD_INFO_LABEL])
     signed = signing.sign_release(
         plan,
@@ -210,7 +222,31 @@ def _publish(
         began,
     )
     note(f"torchstack: signed {signed['reference']}, with its SBOM and provenance attested (cosign, no transparency log)")
-    return pushed, [signed]
+    done.signed.append(signed)
+    return _lazy_index(run, pushed[-1].reference, pushed[-1].digest, note, done)
+
+
+def _lazy_index(run: RunOptions, remote: str, digest: str | None, note, done: _Published) -> _Published:
+    """With --lazy: the SOCI index of the pushed top image (`remote`, at `digest`), made and pushed
+    where the registry holds none for it yet (lazy.py), and signed with --sign's key: a lazy node
+    reads the image's files through it. A rebuild that changed nothing finds the one it made."""
+    if not run.lazy:
+        return done
+    ref = registry.parse(remote)
+    where = registry.Registry(ref.host)
+    digest = digest or where.manifest(ref)[0]
+    pinned = f"{ref.name}@{digest}"
+    found = lazy.indexes(where, ref.repository, digest)
+    if found:
+        note(f"torchstack: {pinned} has a SOCI index already ({found[-1]}): nothing new to index")
+        index = found[-1]
+    else:
+        index = lazy.publish(pinned, note)
+        if run.sign:
+            done.signed.append(signing.sign(f"{ref.name}@{index}", run.sign, None, None))
+            note(f"torchstack: signed the SOCI index {index}")
+    done.lazy = {"format": run.lazy, "image": pinned, "index": index}
+    return done
 
 
 def _ccache_mover(plan: Plan, run: RunOptions, base: str):
@@ -286,9 +322,9 @@ def run_build(catalog: Catalog, settled: Settled) -> Plan:
         with building.lock(chosen, f"{plan.top_image} release", view):
             release = _check_and_tag(build, catalog, plan, run, view)
         reports[-1].tags.append(plan.top_image)
-        pushed, signed = _publish(build, plan, run, pushes, release, began, record)
+        published = _publish(build, plan, run, pushes, release, began, record) if pushes else _Published()
 
-    summary = _summary(plan, chosen, release, pushed, signed, time.monotonic() - started, log_path, record)
+    summary = _summary(plan, chosen, release, published, time.monotonic() - started, log_path, record)
     if run.json_file:
         write_json(run.json_file, summary, reports)
     if not run.quiet:

@@ -80,7 +80,7 @@ def _auth_files() -> list[Path]:
     return [*([Path(named)] if named else []), podman / "auth.json", docker / "config.json"]
 
 
-def _login(host: str) -> tuple[str, str] | None:
+def stored_login(host: str) -> tuple[str, str] | None:
     """The user and password a login to `host` stored (`_auth_files`), if one stored them there."""
     for path in _auth_files():
         try:
@@ -114,7 +114,7 @@ class Registry:
         self.host = host
         self.base = f"{'http' if is_loopback(host) else 'https'}://{host}/v2"
         self.session = requests.Session()
-        self.auth = _login(host)
+        self.auth = stored_login(host)
 
     def _get(self, path: str, accept: str = "*/*") -> requests.Response:
         url = f"{self.base}/{path}"
@@ -147,6 +147,22 @@ class Registry:
         answer = self._get(f"{reference.repository}/manifests/{reference.digest or reference.tag}", ACCEPT)
         digest = answer.headers.get("Docker-Content-Digest") or reference.digest
         return digest, answer.json()
+
+    def referrers(self, repository: str, digest: str) -> list[dict]:
+        """The descriptors of what refers to `digest` (OCI 1.1 artifacts whose subject it is: a SOCI
+        index, say): from the referrers API, or where a registry lacks it (Distribution 2.8) from the
+        referrers tag (`sha256-HEX`) that pushers keep instead. Empty where neither names any."""
+        api, tag = f"{repository}/referrers/{digest}", f"{repository}/manifests/{digest.replace(':', '-')}"
+        for path in (api, tag):
+            try:
+                answer = self._get(path, "application/vnd.oci.image.index.v1+json")
+            except RegistryProblem as exc:
+                if path == api or "not in the registry" in str(exc):  # no such API (404, 405): the tag
+                    continue
+                raise
+            if answer.headers.get("Content-Type", "").startswith("application/vnd.oci.image.index.v1+json"):
+                return answer.json().get("manifests") or []
+        return []
 
     def config(self, repository: str, manifest: dict) -> dict:
         """An image manifest's configuration (its labels under config.Labels)."""

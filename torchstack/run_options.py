@@ -10,6 +10,9 @@ from pathlib import Path
 # unpacked in a fraction of the time, but pulled only by containerd 1.5+ (Kubernetes nodes), Docker
 # 23+, Podman, CRI-O; Docker 20.10 (Debian bookworm's docker.io) cannot pull it.
 COMPRESSIONS = ("gzip", "zstd")
+# Indexes a push can add for nodes that start an image before its pull ends (lazy.py). soci: AWS's
+# SOCI index, an artifact beside the unchanged image, for containerd's SOCI snapshotter.
+LAZY_FORMATS = ("soci",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +32,7 @@ class RunOptions:
     push: bool = False
     push_stages: bool = False
     compression: str = "gzip"  # of the release image's layers as pushed (COMPRESSIONS)
+    lazy: str | None = None  # an index for lazy pulling pushed beside the release image (LAZY_FORMATS)
     sign: str | None = None  # a key file or KMS reference, checked before any work
     registry: str | None = None
     cache_from: str | None = None

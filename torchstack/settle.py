@@ -6,7 +6,7 @@ import dataclasses
 import shutil
 from collections.abc import Mapping
 
-from torchstack import buildkit, publish, registry, requirements, signing, sources
+from torchstack import buildkit, lazy, publish, registry, requirements, signing, sources
 from torchstack.errors import HostNotReady, ToolkitError, UsageProblem
 from torchstack.model import Catalog
 from torchstack.options import check_json_file, request_from
@@ -56,7 +56,7 @@ def settle(catalog: Catalog, options: Mapping[str, object]) -> Settled:
 
 
 def _check_publishing(run: RunOptions) -> None:
-    """What --compression and --sign need besides --push."""
+    """What --compression, --lazy and --sign need besides --push."""
     if run.compression == "zstd":
         if not run.push:
             raise UsageProblem("--compression zstd applies to what --push sends: add --push and --registry")
@@ -64,6 +64,7 @@ def _check_publishing(run: RunOptions) -> None:
             raise HostNotReady("missing skopeo, which writes --compression zstd's layers: bash scripts/setup-host.sh installs it")
     if run.sign and not run.push:
         raise UsageProblem("--sign signs what --push sends: add --push and --registry")
+    lazy.check(run.lazy, run.push, run.compression)
 
 
 def _resolve_wheel(catalog: Catalog, request: Request, plan: Plan) -> tuple[Request, list[str]]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from torchstack import provenance, registry
+from torchstack import lazy, provenance, registry
 from torchstack.errors import HostNotReady, ToolkitError, UsageProblem
 from torchstack.plan import Plan
 from torchstack.sbom import BUILD_INFO_LABEL
@@ -128,6 +128,7 @@ def sign_release(
 class Verified:
     reference: str  # REPOSITORY@sha256:... to pull
     images: list[str] = field(default_factory=list)  # each image verified (a list's images), with its platform
+    lazy: dict[str, list[str]] = field(default_factory=dict)  # each image's SOCI indexes (lazy.py), each signed
 
 
 def _statements(reference: str, key: str, kind: str) -> list[dict]:
@@ -150,9 +151,9 @@ def _statements(reference: str, key: str, kind: str) -> list[dict]:
     return found
 
 
-def _verify_signature(pinned: str, key: str) -> None:
+def _verify_signature(pinned: str, key: str, unsigned: str = "unsigned, or signed with another") -> None:
     _cosign(
-        f"{pinned}: no signature verifies with this key (unsigned, or signed with another)",
+        f"{pinned}: no signature verifies with this key ({unsigned})",
         "verify",
         "--key",
         key,
@@ -160,6 +161,16 @@ def _verify_signature(pinned: str, key: str) -> None:
         pinned,
         failure=NotVerified,
     )
+
+
+def _verify_lazy(where: registry.Registry, ref: registry.Reference, digest: str, key: str) -> list[str]:
+    """The SOCI indexes of the image `digest`, each signed with `key`: a lazy node reads the image's
+    files through the one it finds, so one that nobody signed is refused as an unsigned image is."""
+    found = lazy.indexes(where, ref.repository, digest)
+    for index in found:
+        why = f"it is a SOCI index of {digest}, through which a lazy node reads the image's files: sign it, or delete it"
+        _verify_signature(f"{ref.name}@{index}", key, why)
+    return found
 
 
 def _verify_image(where: registry.Registry, ref: registry.Reference, digest: str, manifest: dict, key: str, tag: str | None) -> str:
@@ -202,6 +213,8 @@ def verify(text: str, key: str) -> Verified:
         for entry in manifest["manifests"]:
             child_digest, child = where.manifest(registry.Reference(ref.host, ref.repository, None, entry["digest"]))
             found.images.append(f"{_verify_image(where, ref, child_digest, child, key, None)} {child_digest}")
+            found.lazy[child_digest] = _verify_lazy(where, ref, child_digest, key)
     else:
         found.images.append(f"{_verify_image(where, ref, digest, manifest, key, ref.tag if not ref.digest else None)} {digest}")
+        found.lazy[digest] = _verify_lazy(where, ref, digest, key)
     return found

@@ -98,6 +98,29 @@ def untag(client, fragment: str) -> None:
                     client.images.remove(name)
 
 
+_MANIFEST_TYPES = "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"
+
+
+def copy_into(registry: str, source_repository: str, target_repository: str, source: str, target: str) -> None:
+    """The manifest `source` (tag or digest) of one repository, as `target` in another, its blobs
+    mounted from the first: what a registry user with push rights can do."""
+    base = f"http://{registry}/v2"
+    with urllib.request.urlopen(
+        urllib.request.Request(f"{base}/{source_repository}/manifests/{source}", headers={"Accept": _MANIFEST_TYPES})
+    ) as got:
+        body, kind = got.read(), got.headers["Content-Type"]
+    manifest = json.loads(body)
+    for blob in [manifest["config"], *manifest["layers"]]:
+        urllib.request.urlopen(
+            urllib.request.Request(
+                f"{base}/{target_repository}/blobs/uploads/?mount={blob['digest']}&from={source_repository}", method="POST"
+            )
+        )
+    urllib.request.urlopen(
+        urllib.request.Request(f"{base}/{target_repository}/manifests/{target}", data=body, method="PUT", headers={"Content-Type": kind})
+    )
+
+
 def listed_architectures(registry: str, repository: str, tag: str) -> list[str]:
     """The architectures of a multi-architecture tag, as the registry lists them."""
     request = urllib.request.Request(

@@ -373,7 +373,7 @@ def _signed_push(build: Build, registry_path: str) -> list[str]:
 
 
 def _push_inputs(build: Build, folder: Path) -> list[str]:
-    return ["--torch-wheel", x86_wheelhouse(), "--push-stages", *_signed_push(build, "ml")]
+    return ["--torch-wheel", x86_wheelhouse(), "--push-stages", "--lazy", "soci", *_signed_push(build, "ml")]
 
 
 def _engine_b_inputs(build: Build, folder: Path) -> list[str]:
@@ -487,8 +487,9 @@ IMAGES = Scheduler(
         # zendnn with zentorch (from PyPI, paired with torch by version) and the two test plugins
         # that fit it; it shares the x86_64 chain's earlier stages.
         "zendnn_build": Build([*X86_ARGS, "--backend", "zendnn"], after=("x86_build",), prepare=_zendnn_inputs),
-        # The README's build again with --push --push-stages --sign: a no-op rebuild (its checks not
-        # run again), the pushes to the session's registry, the release signed and attested.
+        # The README's build again with --push --push-stages --lazy soci --sign: a no-op rebuild (its
+        # checks not run again), the pushes to the session's registry, the release signed and
+        # attested, its SOCI index pushed and signed.
         "pushed": Build(X86_ARGS, after=("x86_build",), prepare=_push_inputs, recheck=False),
         # The README's build on an empty second engine, with those stages as --cache-from.
         "built_on_b": Build(X86_ARGS, after=("pushed",), prepare=_engine_b_inputs),

@@ -8,16 +8,14 @@ import hashlib
 import json
 import os
 import subprocess
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from tests.engine.conftest import copy_into
 from tests.engine.images import X86_ARGS, run_build_py, x86_wheelhouse
 
 pytestmark = pytest.mark.engine
-
-MANIFEST_TYPES = "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"
 
 
 def release(pushed) -> tuple[str, str]:
@@ -48,7 +46,8 @@ def test_the_pushed_release_is_signed_its_attestations_describe_it_and_verify_gi
             "reference": f"{repository}@{digest}",
             "recursive": False,
             "attestations": ["https://cyclonedx.org/bom", "https://slsa.dev/provenance/v1"],
-        }
+        },
+        {"reference": f"{repository}@{summary['lazy']['index']}", "recursive": False, "attestations": []},  # --lazy soci
     ]
     assert f"torchstack: signed {repository}@{digest}" in output
     assert str(cosign_keys["ours"][0]) not in json.dumps(summary) and cosign_keys["env"]["COSIGN_PASSWORD"] not in output
@@ -92,7 +91,7 @@ def test_verify_refuses_a_wrong_key_an_unsigned_image_a_moved_tag_and_another_im
     assert "no signature verifies with this key" in refused(stage["reference"], ours)
     # Another release's tag moved onto this (signed) image: the image says what it was built as.
     moved = f"r99.99-{tagged.rpartition(':')[2].split('-', 1)[1]}"
-    _copy_into(registry, "ml/torchstack", "ml/torchstack", digest, moved)
+    copy_into(registry, "ml/torchstack", "ml/torchstack", digest, moved)
     said = refused(f"{repository}:{moved}", ours)
     assert f"the tag points at an image built as {tagged.rpartition(':')[2]}" in said, said
     # The dev stage signed with our key, and the release image's attestations copied onto it.
@@ -109,28 +108,8 @@ def test_verify_refuses_a_wrong_key_an_unsigned_image_a_moved_tag_and_another_im
     attached = f"sha256-{digest.removeprefix('sha256:')}.att"
     # The attestations live beside the release image, in its repository: copied blob by blob is what a
     # registry user would do; here the dev stage's repository mounts them from it.
-    _copy_into(registry, "ml/torchstack", dev_repository, attached, f"sha256-{stage['digest'].removeprefix('sha256:')}.att")
+    copy_into(registry, "ml/torchstack", dev_repository, attached, f"sha256-{stage['digest'].removeprefix('sha256:')}.att")
     assert "attestation" in refused(staged, ours)
-
-
-def _copy_into(registry: str, source_repository: str, target_repository: str, source: str, target: str) -> None:
-    """The manifest `source` (tag or digest) of one repository, as `target` in another, its blobs
-    mounted from the first: what a registry user with push rights can do."""
-    base = f"http://{registry}/v2"
-    with urllib.request.urlopen(
-        urllib.request.Request(f"{base}/{source_repository}/manifests/{source}", headers={"Accept": MANIFEST_TYPES})
-    ) as got:
-        body, kind = got.read(), got.headers["Content-Type"]
-    manifest = json.loads(body)
-    for blob in [manifest["config"], *manifest["layers"]]:
-        urllib.request.urlopen(
-            urllib.request.Request(
-                f"{base}/{target_repository}/blobs/uploads/?mount={blob['digest']}&from={source_repository}", method="POST"
-            )
-        )
-    urllib.request.urlopen(
-        urllib.request.Request(f"{base}/{target_repository}/manifests/{target}", data=body, method="PUT", headers={"Content-Type": kind})
-    )
 
 
 def test_podmans_policy_json_admits_the_signed_release_and_refuses_a_wrong_key_an_unsigned_image_and_another_repository(
@@ -145,8 +124,8 @@ def test_podmans_policy_json_admits_the_signed_release_and_refuses_a_wrong_key_a
     # with its signature: cosign signed the repository it was pushed to).
     source, tag = tagged.split("/", 1)[1].rpartition(":")[::2]
     signature = f"sha256-{digest.removeprefix('sha256:')}.sig"
-    _copy_into(registry, source, "ml/elsewhere", digest, tag)
-    _copy_into(registry, source, "ml/elsewhere", signature, signature)
+    copy_into(registry, source, "ml/elsewhere", digest, tag)
+    copy_into(registry, source, "ml/elsewhere", signature, signature)
 
     def pull(reference: str, key: Path) -> subprocess.CompletedProcess:
         folder = tmp_path / key.stem
@@ -206,6 +185,8 @@ def test_a_rebuild_that_changes_nothing_pushes_and_signs_nothing_new(x86_build, 
         f"{registry}/ml",
         "--sign",
         str(cosign_keys["ours"][0]),
+        "--lazy",
+        "soci",
         env=cosign_keys["env"],
     )
     assert again.returncode == 0, again.stderr[-3000:]
@@ -215,3 +196,4 @@ def test_a_rebuild_that_changes_nothing_pushes_and_signs_nothing_new(x86_build, 
         "nothing new to push or sign" in again.stdout + again.stderr
     )
     assert "torchstack: signed" not in again.stdout + again.stderr
+    assert f"has a SOCI index already ({summary['lazy']['index']}): nothing new to index" in again.stdout + again.stderr

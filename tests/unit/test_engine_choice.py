@@ -224,7 +224,8 @@ def test_a_docker_command_older_than_the_engines_api_floor_is_refused_in_one_lin
         (["--engine"], "setup-host: --engine (none): valid: docker, podman"),
         (
             ["--frobnicate"],
-            "setup-host: unknown argument --frobnicate (usage: scripts/setup-host.sh [--engine docker|podman] [--tests] [--toolkit-only])",
+            "setup-host: unknown argument --frobnicate "
+            "(usage: scripts/setup-host.sh [--engine docker|podman] [--lazy] [--tests] [--toolkit-only])",
         ),
     ],
 )

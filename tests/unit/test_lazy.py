@@ -1,0 +1,103 @@
+"""--lazy soci, without an engine: its refusals (one line, exit 2, before any work), where a SOCI index
+is looked for in a registry (the referrers API, else the referrers tag), and a containerd of the
+toolkit's own that touches none of the host's paths. The index made, pushed, signed and started
+lazily: tests/engine/test_lazy.py."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+
+import pytest
+from click.testing import CliRunner
+
+from torchstack import lazy, registry
+from torchstack.cli import make_cli
+from torchstack.errors import HostNotReady
+
+IMAGE = "sha256:" + "a" * 64
+INDEX = "sha256:" + "b" * 64
+SOCI = {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": INDEX, "size": 100, "artifactType": lazy.SOCI_INDEX}
+OTHER = {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": "sha256:" + "c" * 64, "size": 9, "artifactType": "x/y"}
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--lazy", "soci"], "--lazy soci indexes what --push sends: add --push and --registry"),
+        (
+            ["--lazy", "soci", "--push", "--registry", "registry.example/ml", "--compression", "zstd"],
+            "--lazy soci indexes gzip layers (SOCI's zTOCs read no zstd): drop --compression zstd",
+        ),
+        (["--lazy", "estargz", "--push", "--registry", "registry.example/ml"], "Invalid value for '--lazy'"),
+    ],
+)
+def test_lazy_is_refused_in_one_line_before_any_work(catalog, args, said):
+    result = CliRunner().invoke(make_cli(catalog), ["--torch-from", "wheel", "--openblas-from", "distro", *args])
+    assert result.exit_code == 2, result.output
+    assert said in result.output, result.output
+
+
+def test_a_host_without_socis_tools_or_root_is_told_what_to_do(monkeypatch, tmp_path):
+    monkeypatch.setattr(lazy, "TOOLS_DIR", tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(HostNotReady, match=r"missing soci, containerd, ctr, .* bash scripts/setup-host.sh --lazy installs them") as refused:
+        lazy.check("soci", push=True, compression="gzip")
+    assert refused.value.exit_code == 2
+    for name in lazy.NEEDED:
+        (tmp_path / name).write_text("#!/bin/sh\n")
+        (tmp_path / name).chmod(0o755)
+    monkeypatch.setattr(lazy.os, "geteuid", lambda: 1000)
+    with pytest.raises(HostNotReady, match="runs a containerd of its own to index the pushed image, which needs root"):
+        lazy.check("soci", push=True, compression="gzip")
+    monkeypatch.setattr(lazy.os, "geteuid", lambda: 0)
+    lazy.check("soci", push=True, compression="gzip")
+    assert lazy.tool("soci") == str(tmp_path / "soci")
+
+
+class Referrers(http.server.BaseHTTPRequestHandler):
+    """A registry with the referrers API (`api`), or without it and with the referrers tag (`tag`), or neither."""
+
+    mode = "api"
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        listed = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [OTHER, SOCI]}
+        api = self.path == f"/v2/ml/torchstack/referrers/{IMAGE}" and self.mode == "api"
+        tag = self.path == f"/v2/ml/torchstack/manifests/{IMAGE.replace(':', '-')}" and self.mode == "tag"
+        body = json.dumps(listed).encode() if api or tag else b"404 page not found"
+        self.send_response(200 if api or tag else 404)
+        self.send_header("Content-Type", "application/vnd.oci.image.index.v1+json" if api or tag else "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.mark.parametrize(("mode", "found"), [("api", [INDEX]), ("tag", [INDEX]), ("neither", [])])
+def test_a_soci_index_is_found_through_the_referrers_api_else_the_referrers_tag(monkeypatch, tmp_path, mode, found):
+    monkeypatch.setenv("REGISTRY_AUTH_FILE", str(tmp_path / "none.json"))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), type("Handler", (Referrers,), {"mode": mode}))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        where = registry.Registry(f"127.0.0.1:{server.server_address[1]}")
+        assert lazy.indexes(where, "ml/torchstack", IMAGE) == found
+    finally:
+        server.shutdown()
+
+
+def test_the_toolkits_containerd_keeps_everything_under_its_own_folder(tmp_path):
+    config = lazy.containerd_config(tmp_path, snapshotter=tmp_path / "soci.sock")
+    paths = [word.strip('"') for line in config.splitlines() for word in line.split() if word.startswith('"/')]
+    assert paths and all(path.startswith(f"{tmp_path}/") for path in paths), paths
+    assert "io.containerd.grpc.v1.cri" in config, "no Kubernetes service of its own"
+    assert '[proxy_plugins.soci]\n  type = "snapshot"' in config
+
+
+def test_soci_keeps_its_artifacts_in_a_folder_of_the_build_not_the_hosts(tmp_path):
+    command = lazy.private_soci(tmp_path, "--address", "x.sock", "create", "IMAGE")
+    assert command[:4] == ["unshare", "--mount", "--propagation", "private"]
+    assert str(tmp_path / "soci") in command and (tmp_path / "soci").is_dir()
+    assert command[-4:] == ["--address", "x.sock", "create", "IMAGE"]
