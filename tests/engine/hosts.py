@@ -35,19 +35,26 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+# Where each registry running_registry started keeps its data, by address: another server of the same
+# data (lazy_node's, over TLS) serves the same images.
+DATA_ROOTS: dict[str, Path] = {}
+
+
 @contextlib.contextmanager
-def running_registry(folder: Path, auth: bool) -> Iterator[str]:
+def running_registry(folder: Path, auth: bool, tls: tuple[str, Path, Path, Path] | None = None) -> Iterator[str]:
     """The address of a registry on 127.0.0.1 (an address the engine may use over plain HTTP), storing in
-    `folder`. With `auth`, it needs a login that no user has (an empty htpasswd file)."""
+    `folder`. With `auth`, it needs a login that no user has (an empty htpasswd file). With `tls`
+    (its address, certificate, key, and another registry's data folder to serve), over HTTPS there."""
     binary = shutil.which("docker-registry")
     if not binary:
         pytest.fail("docker-registry is missing: run scripts/setup-host.sh")
     port = free_port()
+    host, data = (tls[0], tls[3]) if tls else ("127.0.0.1", folder / "data")
     config = {
         "version": 0.1,
         "log": {"level": "error"},
-        "storage": {"filesystem": {"rootdirectory": str(folder / "data")}},
-        "http": {"addr": f"127.0.0.1:{port}"},
+        "storage": {"filesystem": {"rootdirectory": str(data)}},
+        "http": {"addr": f"{host}:{port}", **({"tls": {"certificate": str(tls[1]), "key": str(tls[2])}} if tls else {})},
     }
     if auth:
         (folder / "htpasswd").write_text("")
@@ -56,11 +63,12 @@ def running_registry(folder: Path, auth: bool) -> Iterator[str]:
     server = subprocess.Popen(
         [binary, "serve", str(folder / "config.yml")], stdout=subprocess.DEVNULL, stderr=open(folder / "registry.log", "w")
     )
-    address = f"127.0.0.1:{port}"
+    address = f"{host}:{port}"
     session.mark(address)  # names under it are the session's
+    DATA_ROOTS[address] = data
     for _ in range(100):
         try:
-            urllib.request.urlopen(f"http://{address}/v2/", timeout=1)
+            urllib.request.urlopen(f"{'https' if tls else 'http'}://{address}/v2/", timeout=1, context=_unverified())
             break
         except urllib.error.HTTPError:
             break  # 401: up, and asking for a login
@@ -74,6 +82,16 @@ def running_registry(folder: Path, auth: bool) -> Iterator[str]:
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def _unverified():
+    """A TLS context that checks no certificate: whether a registry answers, not whom it is."""
+    import ssl
+
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
 
 
 class Resource:
