@@ -49,7 +49,7 @@ def check(lazy: str | None, push: bool, compression: str) -> None:
     if not push:
         raise UsageProblem(f"--lazy {lazy} indexes what --push sends: add --push and --registry")
     if compression != "gzip":
-        raise UsageProblem(f"--lazy {lazy} indexes gzip layers (SOCI's zTOCs read no {compression}): drop --compression {compression}")
+        raise UsageProblem(f"--lazy {lazy} is made and tried with gzip layers only, not {compression}: drop --compression {compression}")
     missing = [name for name in NEEDED if tool(name) is None]
     if missing:
         raise HostNotReady(

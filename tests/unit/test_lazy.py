@@ -28,7 +28,7 @@ OTHER = {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": "s
         (["--lazy", "soci"], "--lazy soci indexes what --push sends: add --push and --registry"),
         (
             ["--lazy", "soci", "--push", "--registry", "registry.example/ml", "--compression", "zstd"],
-            "--lazy soci indexes gzip layers (SOCI's zTOCs read no zstd): drop --compression zstd",
+            "--lazy soci is made and tried with gzip layers only, not zstd: drop --compression zstd",
         ),
         (["--lazy", "estargz", "--push", "--registry", "registry.example/ml"], "Invalid value for '--lazy'"),
     ],
