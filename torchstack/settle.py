@@ -57,6 +57,7 @@ def settle(catalog: Catalog, options: Mapping[str, object]) -> Settled:
 
 def _check_publishing(run: RunOptions) -> None:
     """What --compression, --lazy and --sign need besides --push."""
+    lazy.check(run.lazy, run.push, run.compression)  # first: its refusals of the options come before any tool's
     if run.compression == "zstd":
         if not run.push:
             raise UsageProblem("--compression zstd applies to what --push sends: add --push and --registry")
@@ -64,7 +65,6 @@ def _check_publishing(run: RunOptions) -> None:
             raise HostNotReady("missing skopeo, which writes --compression zstd's layers: bash scripts/setup-host.sh installs it")
     if run.sign and not run.push:
         raise UsageProblem("--sign signs what --push sends: add --push and --registry")
-    lazy.check(run.lazy, run.push, run.compression)
 
 
 def _resolve_wheel(catalog: Catalog, request: Request, plan: Plan) -> tuple[Request, list[str]]:

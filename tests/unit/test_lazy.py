@@ -45,15 +45,12 @@ def test_a_host_without_socis_tools_or_root_is_told_what_to_do(monkeypatch, tmp_
     with pytest.raises(HostNotReady, match=r"missing soci, containerd, ctr, .* bash scripts/setup-host.sh --lazy installs them") as refused:
         lazy.check("soci", push=True, compression="gzip")
     assert refused.value.exit_code == 2
-    for name in lazy.NEEDED:
-        (tmp_path / name).write_text("#!/bin/sh\n")
-        (tmp_path / name).chmod(0o755)
+    monkeypatch.setattr(lazy, "tool", lambda name: f"/somewhere/{name}")
     monkeypatch.setattr(lazy.os, "geteuid", lambda: 1000)
     with pytest.raises(HostNotReady, match="runs a containerd of its own to index the pushed image, which needs root"):
         lazy.check("soci", push=True, compression="gzip")
     monkeypatch.setattr(lazy.os, "geteuid", lambda: 0)
     lazy.check("soci", push=True, compression="gzip")
-    assert lazy.tool("soci") == str(tmp_path / "soci")
 
 
 class Referrers(http.server.BaseHTTPRequestHandler):
