@@ -185,25 +185,31 @@ class _Published:
     lazy: dict | None = None  # with --lazy: {"format", "image", "index"} of the pushed image's index
 
 
-def _publish(build: BuildRun, plan: Plan, run: RunOptions, pushes: list, release: _Release, began: datetime, record: dict) -> _Published:
+def _publish(
+    build: BuildRun, plan: Plan, run: RunOptions, pushes: list, release: _Release, began: datetime, record: dict, made: dict[str, str]
+) -> _Published:
     """The pushes, then with --sign the pushed release image signed, its SBOM and provenance attested.
     The release tag moves to each new image, and a dated tag (TAG-YYYYMMDDHHMM) names it for good;
     a release the registry already holds under its tag (a scheduled rebuild that changed nothing)
     is neither pushed nor signed again. --compression zstd applies to the release image; the stages
-    stay gzip, for the engines that take them as --cache-from (Docker 20.10 pulls no zstd)."""
+    stay gzip, for the engines that take them as --cache-from (Docker 20.10 pulls no zstd). Each
+    image goes by the ID this run made or took it as (`made`, by name), never by what its name
+    names by then: another run on the engine may have given a stage's name its own image meanwhile
+    (one of the same steps, without the cache record --push-stages gives it)."""
     client, kind, note = build.client, build.engine.kind, build.note
+    pushes = [(made.get(local, local), remote, local) for local, remote in pushes]
     zstd = run.compression == "zstd"
     if pushes and plan.stages[-1].name == RELEASE_STAGE:
-        local, remote = pushes[-1]
+        source, remote, name = pushes[-1]
         if published(remote, client.images.get(release.image_id).labels.get(CONTENT_LABEL)):
             note(
                 f"torchstack: {remote} already holds this release: the same records and packages at the same versions; "
                 "nothing new to push or sign"
             )
-            done = _Published([publish.push(client, name, there, note, kind) for name, there in pushes[:-1]])
+            done = _Published([publish.push(client, source, there, note, kind) for source, there, _ in pushes[:-1]])
             return _lazy_index(run, remote, None, note, done)
-        pushes = [*pushes[:-1], (local, f"{remote}-{began:%Y%m%d%H%M}"), (local, remote)]
-    pushed = [publish.push(client, local, remote, note, kind, zstd and local == plan.top_image) for local, remote in pushes]
+        pushes = [*pushes[:-1], (source, f"{remote}-{began:%Y%m%d%H%M}", name), (source, remote, name)]
+    pushed = [publish.push(client, source, remote, note, kind, zstd and name == plan.top_image) for source, remote, name in pushes]
     for each in pushed:
         layers = f", {each.layers} layers, {each.already_there} already there" if each.layers else ""
         note(f"torchstack: pushed {each.reference} ({each.digest}{layers})")
@@ -322,7 +328,9 @@ def run_build(catalog: Catalog, settled: Settled) -> Plan:
         with building.lock(chosen, f"{plan.top_image} release", view):
             release = _check_and_tag(build, catalog, plan, run, view)
         reports[-1].tags.append(plan.top_image)
-        published = _publish(build, plan, run, pushes, release, began, record) if pushes else _Published()
+        made = {plan.base_image: record["base_image_id"], **{r.image: r.image_id for r in reports if r.image_id}}
+        made[plan.top_image] = release.image_id
+        published = _publish(build, plan, run, pushes, release, began, record, made) if pushes else _Published()
 
     summary = _summary(plan, chosen, release, published, time.monotonic() - started, log_path, record)
     if run.json_file:

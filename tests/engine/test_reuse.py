@@ -136,14 +136,39 @@ def buildkit_pushed(client, registry, buildkit_first):
 
 
 @pytest.mark.buildkit
-def test_buildkit_on_an_empty_engine_takes_the_compile_from_the_registrys_inline_cache(buildkit_pushed, registry, engine_b, tmp_path):
+def test_buildkit_on_an_empty_engine_takes_the_compile_from_the_registrys_inline_cache(
+    client, buildkit_pushed, registry, engine_b, tmp_path
+):
     summary = tmp_path / "buildkit.json"
     result = run_build_py(*BUILDKIT_TOOLS, "--cache-from", f"{registry}/bk", "--json", str(summary), env={"DOCKER_HOST": engine_b})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     built = json.loads(summary.read_text())
     stages = by_stage(built)
     assert "passed" in built["checks"] and "failed" not in built["checks"], built["checks"]
-    # The fetch stage is not in the inline cache: its download runs again, and its files, byte
-    # for byte the same, let every step after it match the registry's.
-    assert not any("build-numpy.sh" in step for step in stages["tools"]["ran"]), stages["tools"]["ran"]
-    assert stages["base"]["ran"] == [] and stages["libs"]["ran"] == [], (stages["base"], stages["libs"])
+    # Every stage as engine A built it, from its first step: the fetch stage is not in the inline
+    # cache, so its download runs again, and its files, byte for byte the same, let every step after
+    # it match the registry's.
+    seen = _chains(client, docker.DockerClient(base_url=engine_b), built)
+    assert stages["base"]["ran"] == [] and stages["libs"]["ran"] == [], seen
+    assert not any("build-numpy.sh" in step for step in stages["tools"]["ran"]), seen
+    assert only_fetched(stages["tools"]["ran"]), seen
+
+
+def _chains(client, other, built: dict) -> str:
+    """What each engine holds under the names the build on engine B used: the OS image and each
+    stage, by ID and layers, with the steps that ran on B: what a failed reuse is read from."""
+    lines = []
+    for stage in built["stages"]:
+        name = stage["image"]
+        for engine, which in ((client, "A"), (other, "B")):
+            try:
+                image = engine.images.get(name)
+                parent = image.attrs["Config"].get("Image") or ""
+                lines.append(f"{which} {name} {image.id[:19]} layers={[d[7:19] for d in image.attrs['RootFS']['Layers']]} {parent[:19]}")
+            except docker.errors.ImageNotFound:
+                lines.append(f"{which} {name}: not there")
+        lines.append(f"B ran {stage['status']}: {[step[:70] for step in stage['ran']]}")
+    for engine, which in ((client, "A"), (other, "B")):
+        found = [f"{t} {i.id[:19]}" for i in engine.images.list() for t in i.tags if "torchstack-os:" in t]
+        lines.append(f"{which} OS images: {found}")
+    return "\n".join(lines)

@@ -13,8 +13,9 @@ import pytest
 
 from tests import session
 from tests.engine.conftest import leftovers_of, untag
-from tests.engine.images import X86_ARGS, run_build_py, x86_wheelhouse
-from torchstack import sharing
+from tests.engine.images import X86_ARGS, X86_DISTRIBUTION, run_build_py, x86_wheelhouse
+from torchstack import registry as registry_api
+from torchstack import sharing, sources
 from torchstack.model import ROOT
 
 pytestmark = pytest.mark.engine
@@ -128,3 +129,44 @@ def test_a_check_run_killed_outright_leaves_containers_that_the_next_check_run_r
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
     assert "torchstack: removed what ended runs left behind: " in again.stderr and owner in again.stderr, again.stderr
     assert not leftovers_of(client, owner)
+
+
+@pytest.mark.buildkit
+def test_a_stage_name_another_run_gives_its_own_image_meanwhile_changes_nothing_pushed(client, registry, unique_tag, tmp_path):
+    """One request twice at once, one run pushing its stages for other hosts' --cache-from: BuildKit
+    gives that run's stage images its cache record, the other run's not, and each run tags the
+    shared stage name in turn. Here the other run's image takes the name while the pushing run waits
+    for its release (the test holds that lock): the push still sends the image the pushing run made,
+    with its record, and the checked one under the release tag."""
+    args = ["--build-type", "base", *X86_DISTRIBUTION, "--builder", "buildx", "--tag", unique_tag]
+    plain = run_build_py(*args, "--no-test", "--json", str(tmp_path / "plain.json"))
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    built = json.loads((tmp_path / "plain.json").read_text())
+    stage, other = built["stages"][0]["image"], built["stages"][0]["image_id"]
+    top = f"torchstack-base:{unique_tag}"
+    with sharing.lock(sources.state_dir() / "locks", f"{built['engine']['url']} {top} release", lambda _: None):
+        run = _start(*args, "--push", "--push-stages", "--registry", f"{registry}/retag", "--json", str(tmp_path / "pushed.json"))
+        said = []
+        for line in run.stderr:
+            said.append(line)
+            if "waiting for " in line:
+                break
+        assert said and "waiting for " in said[-1], "".join(said[-30:])
+        repository, _, tag = stage.rpartition(":")
+        client.images.get(other).tag(repository, tag)
+    _, rest = run.communicate(timeout=900)
+    try:
+        assert run.returncode == 0, "".join(said) + rest[-3000:]
+        pushed = json.loads((tmp_path / "pushed.json").read_text())
+        made = pushed["stages"][0]["image_id"]
+        assert made != other, "both runs made one image: nothing tells the pushed one from the other"
+        sent = {p["reference"]: p["digest"] for p in pushed["pushed"]}
+        where = registry_api.Registry(registry)
+        # An image's ID is its config's digest, or on Docker's containerd image store its manifest's.
+        ids = {
+            name: {digest, where.manifest(registry_api.parse(f"{name}@{digest}"))[1]["config"]["digest"]} for name, digest in sent.items()
+        }
+        assert made in ids[f"{registry}/retag/{stage}"], (made, ids)
+        assert pushed["image_id"] == client.images.get(top).id and pushed["image_id"] in ids[f"{registry}/retag/{top}"], ids
+    finally:
+        untag(client, f"{registry}/retag/")
