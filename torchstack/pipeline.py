@@ -247,7 +247,13 @@ def _lazy_index(run: RunOptions, remote: str, digest: str | None, note, done: _P
         note(f"torchstack: {pinned} has a SOCI index already ({found[-1]}): nothing new to index")
         index = found[-1]
     else:
-        index = lazy.publish(pinned, note)
+        try:
+            index = lazy.publish(pinned, note)
+        except lazy.IndexFailed as exc:
+            raise lazy.IndexFailed(
+                f"{exc}; {pinned} is published without a SOCI index (nodes pull it whole): "
+                "the same command again makes the index, and does not push or sign the release again"
+            ) from None
         if run.sign:
             done.signed.append(signing.sign(f"{ref.name}@{index}", run.sign, None, None))
             note(f"torchstack: signed the SOCI index {index}")

@@ -98,3 +98,29 @@ def test_soci_keeps_its_artifacts_in_a_folder_of_the_build_not_the_hosts(tmp_pat
     assert command[:4] == ["unshare", "--mount", "--propagation", "private"]
     assert str(tmp_path / "soci") in command and (tmp_path / "soci").is_dir()
     assert command[-4:] == ["--address", "x.sock", "create", "IMAGE"]
+
+
+def test_an_index_that_fails_after_the_release_is_pushed_says_the_release_is_out_without_it(monkeypatch, tmp_path):
+    """soci runs once the release is in the registry (it reads the image from there): when it
+    fails, the one line says what is published and what the same command again does."""
+    from torchstack import pipeline
+    from torchstack.run_options import RunOptions
+
+    monkeypatch.setenv("REGISTRY_AUTH_FILE", str(tmp_path / "none.json"))
+
+    def failing(pinned, note):
+        raise lazy.IndexFailed(f"pushing the SOCI index of {pinned}: refused")
+
+    monkeypatch.setattr(lazy, "publish", failing)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), type("Handler", (Referrers,), {"mode": "neither"}))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host = f"127.0.0.1:{server.server_address[1]}"
+    try:
+        with pytest.raises(lazy.IndexFailed) as failed:
+            pipeline._lazy_index(RunOptions(lazy="soci"), f"{host}/ml/torchstack:r26.11", IMAGE, print, pipeline._Published())
+    finally:
+        server.shutdown()
+    assert str(failed.value) == (
+        f"pushing the SOCI index of {host}/ml/torchstack@{IMAGE}: refused; {host}/ml/torchstack@{IMAGE} is published without "
+        "a SOCI index (nodes pull it whole): the same command again makes the index, and does not push or sign the release again"
+    )
