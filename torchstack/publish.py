@@ -109,9 +109,9 @@ def push(
     engine: str = "docker",
     zstd: bool = False,
 ) -> Pushed:
-    """Tag `local` (an image's name or ID) as `remote` and push it, trying again on a transient failure. `engine` (docker
-    or podman) decides what a refusal's line tells the user to do. With `zstd`, skopeo copies it
-    from the engine's export with zstd layers instead (`_push_zstd`)."""
+    """Tag `local` (an image's name or ID) as `remote` and push it, trying again on a transient
+    failure. `engine` (docker or podman) decides what a refusal's line tells the user to do. With
+    `zstd`, skopeo copies it from the engine's export with zstd layers instead (`_push_zstd`)."""
     repository, _, tag = remote.rpartition(":")
     image = client.images.get(local)
     image.tag(repository, tag)
