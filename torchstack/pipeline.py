@@ -185,19 +185,14 @@ class _Published:
     lazy: dict | None = None  # with --lazy: {"format", "image", "index"} of the pushed image's index
 
 
-def _publish(
-    build: BuildRun, plan: Plan, run: RunOptions, pushes: list, release: _Release, began: datetime, record: dict, made: dict[str, str]
-) -> _Published:
-    """The pushes, then with --sign the pushed release image signed, its SBOM and provenance attested.
-    The release tag moves to each new image, and a dated tag (TAG-YYYYMMDDHHMM) names it for good;
-    a release the registry already holds under its tag (a scheduled rebuild that changed nothing)
-    is neither pushed nor signed again. --compression zstd applies to the release image; the stages
-    stay gzip, for the engines that take them as --cache-from (Docker 20.10 pulls no zstd). Each
-    image goes by the ID this run made or took it as (`made`, by name), never by what its name
-    names by then: another run on the engine may have given a stage's name its own image meanwhile
-    (one of the same steps, without the cache record --push-stages gives it)."""
+def _publish(build: BuildRun, plan: Plan, run: RunOptions, pushes: list, release: _Release, began: datetime, record: dict) -> _Published:
+    """The pushes (each: the image's ID, its name in the registry, its local name), then with --sign
+    the pushed release image signed, its SBOM and provenance attested. The release tag moves to each
+    new image, and a dated tag (TAG-YYYYMMDDHHMM) names it for good; a release the registry already
+    holds under its tag (a scheduled rebuild that changed nothing) is neither pushed nor signed
+    again. --compression zstd applies to the release image; the stages stay gzip, for the engines
+    that take them as --cache-from (Docker 20.10 pulls no zstd)."""
     client, kind, note = build.client, build.engine.kind, build.note
-    pushes = [(made.get(local, local), remote, local) for local, remote in pushes]
     zstd = run.compression == "zstd"
     if pushes and plan.stages[-1].name == RELEASE_STAGE:
         source, remote, name = pushes[-1]
@@ -230,6 +225,16 @@ def _publish(
     note(f"torchstack: signed {signed['reference']}, with its SBOM and provenance attested (cosign, no transparency log)")
     done.signed.append(signed)
     return _lazy_index(run, pushed[-1].reference, pushed[-1].digest, note, done)
+
+
+def _by_id(pushes: list, plan: Plan, reports: list[StageReport], record: dict, release: _Release) -> list[tuple[str, str, str]]:
+    """Each push (local name, name in the registry) with the ID this run made or took the image as,
+    first: an image goes by that ID, not by what its name names by then, because another run on the
+    engine may have given a stage's name its own image meanwhile (the same steps, without the cache
+    record --push-stages gives it)."""
+    made = {plan.base_image: record["base_image_id"], **{r.image: r.image_id for r in reports if r.image_id}}
+    made[plan.top_image] = release.image_id
+    return [(made.get(local, local), remote, local) for local, remote in pushes]
 
 
 def _lazy_index(run: RunOptions, remote: str, digest: str | None, note, done: _Published) -> _Published:
@@ -334,9 +339,8 @@ def run_build(catalog: Catalog, settled: Settled) -> Plan:
         with building.lock(chosen, f"{plan.top_image} release", view):
             release = _check_and_tag(build, catalog, plan, run, view)
         reports[-1].tags.append(plan.top_image)
-        made = {plan.base_image: record["base_image_id"], **{r.image: r.image_id for r in reports if r.image_id}}
-        made[plan.top_image] = release.image_id
-        published = _publish(build, plan, run, pushes, release, began, record, made) if pushes else _Published()
+        pushes = _by_id(pushes, plan, reports, record, release)
+        published = _publish(build, plan, run, pushes, release, began, record) if pushes else _Published()
 
     summary = _summary(plan, chosen, release, published, time.monotonic() - started, log_path, record)
     if run.json_file:
