@@ -5,17 +5,22 @@ ends: it mounts the layers the index covers over the network and fetches the par
 container reads. The image is not changed: its digest, its signature and every other engine's pull
 stay as they were. The index is an OCI artifact whose subject is the image, found through the
 registry's referrers API or, where a registry lacks that API (Distribution 2.8), the referrers tag
-(`sha256-HEX`) that `soci push` keeps instead. It is made here by `soci create` from the image as
-pushed, fetched into a containerd of the toolkit's own (its own root and sockets under a temporary
-folder, stopped and removed afterwards), pushed by `soci push`, and signed with the release's key.
+(`sha256-HEX`) that pushers keep instead. It is made here by `soci create` from the image as pushed,
+imported into a containerd of the toolkit's own (its own root and sockets under a temporary folder,
+stopped and removed afterwards), pushed beside the image, and signed with the release's key. Every
+byte to and from the registry goes through the toolkit's registry client (registry.py: the login
+as the engines find it, helpers asked): containerd and soci never reach the registry, so no login
+goes on a command line, where any user of the host could read it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
+import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +35,8 @@ NEEDED = ("soci", "containerd", "ctr")
 # Every layer gets a zTOC: a layer without one is fetched whole before the container starts, and
 # SOCI's default floor (10 MiB) would leave the small top layers of our images so.
 MIN_LAYER_SIZE = 0
+# soci's own store of what it made (an OCI layout), under the folder private_soci mounts on /var/lib.
+SOCI_STORE = "soci-snapshotter-grpc/content"
 
 
 class IndexFailed(ToolkitError):
@@ -145,23 +152,59 @@ def private_soci(work: Path, *arguments: str) -> list[str]:
     ]
 
 
-def _access(host: str) -> list[str]:
-    """How ctr and soci reach `host`: plain HTTP on loopback (as the engines do), and the login this
-    host stored for it (`docker login`, `podman login`), which they take on their command line only."""
-    words = ["--plain-http"] if registry.is_loopback(host) else []
-    login = registry.stored_login(host)
-    return [*words, "--user", f"{login[0]}:{login[1]}"] if login else words
+def _import(where: registry.Registry, pinned: str, work: Path, address: list[str]) -> None:
+    """The image `pinned` into the toolkit's containerd, its bytes moved by the toolkit's own registry
+    client (the login as the engines find it, the TLS they trust): containerd and soci never reach
+    the registry, so no login goes on their command lines. As an OCI layout, streamed into `ctr
+    images import` under the name `pinned`; its layers are not unpacked (soci reads them as blobs)."""
+    layout = work / "layout"
+    top = where.copy_to_layout(registry.parse(pinned), layout)
+    named = {**top, "annotations": {"io.containerd.image.name": pinned}}
+    (layout / "index.json").write_text(json.dumps({"schemaVersion": 2, "mediaType": registry.OCI_INDEX, "manifests": [named]}))
+    ctr = [tool("ctr") or "ctr", *address, "images", "import", "--no-unpack", "--all-platforms", "-"]
+    with subprocess.Popen(ctr, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as importing:
+        with tarfile.open(fileobj=importing.stdin, mode="w|") as archive:
+            archive.add(layout, arcname=".")
+        importing.stdin.close()
+        said = importing.stderr.read().decode(errors="replace")
+    shutil.rmtree(layout)
+    if importing.returncode != 0:
+        raise IndexFailed(f"importing {pinned} to index it: {' '.join(said.split())[-300:] or 'no reason given'}")
+
+
+def _push_index(where: registry.Registry, repository: str, store: Path, digest: str) -> None:
+    """The SOCI index `digest` and its zTOCs, from soci's own store (an OCI layout), pushed by the
+    toolkit's registry client, then listed in the image's referrers tag where the registry has no
+    referrers API: what `soci push` does, without a login on its command line."""
+
+    def blob(wanted: str) -> bytes:
+        return (store / "blobs" / "sha256" / wanted.removeprefix("sha256:")).read_bytes()
+
+    body = blob(digest)
+    manifest = json.loads(body)
+    for each in [manifest["config"], *manifest["layers"]]:
+        where.put_blob(repository, blob(each["digest"]))
+    if where.put_manifest(repository, digest, body, manifest["mediaType"]):
+        return  # the registry lists it among the image's referrers itself
+    descriptor = {
+        "mediaType": manifest["mediaType"],
+        "digest": digest,
+        "size": len(body),
+        "artifactType": manifest.get("artifactType") or manifest["config"]["mediaType"],
+        **({"annotations": manifest["annotations"]} if manifest.get("annotations") else {}),
+    }
+    where.add_referrer(repository, manifest["subject"]["digest"], descriptor)
 
 
 def publish(pinned: str, note: Callable[[str], None]) -> str:
     """Make and push the SOCI index of `pinned` (REPOSITORY@sha256:..., as pushed); its digest."""
-    host = registry.parse(pinned).host
-    access = _access(host)
+    reference = registry.parse(pinned)
+    where = registry.Registry(reference.host)
     with tempfile.TemporaryDirectory(prefix="torchstack-soci-", dir="/var/tmp") as folder:
         work = Path(folder)
         with own_containerd(work) as socket:
             address = ["--address", str(socket), "--namespace", "torchstack"]
-            _run(f"fetching {pinned} to index it", [tool("ctr") or "ctr", *address, "content", "fetch", *access, pinned])
+            _import(where, pinned, work, address)
             _run(
                 f"indexing {pinned} (soci create)", private_soci(work, *address, "create", "--min-layer-size", str(MIN_LAYER_SIZE), pinned)
             )
@@ -169,7 +212,12 @@ def publish(pinned: str, note: Callable[[str], None]) -> str:
             digests = listed.split()
             if len(digests) != 1:
                 raise IndexFailed(f"soci create made {len(digests)} indexes of {pinned}, not one")
-            _run(f"pushing the SOCI index of {pinned}", private_soci(work, *address, "push", "--quiet", *access, pinned))
+        try:
+            _push_index(where, reference.repository, work / "soci" / SOCI_STORE, digests[0])
+        except registry.RegistryProblem as exc:
+            if isinstance(exc, registry.LoginRefused):
+                raise
+            raise IndexFailed(f"pushing the SOCI index of {pinned}: {exc}") from None
     note(f"torchstack: pushed the SOCI index of {pinned} ({digests[0]}): containerd nodes with the SOCI snapshotter start it lazily")
     return digests[0]
 

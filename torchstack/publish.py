@@ -1,8 +1,9 @@
 """Checked images into a registry, under the names they get there.
 
 A push shows its progress, tries again on a transient failure, says a refusal in one line.
-Credentials come from the Docker config (docker login, credential helpers), as the Docker SDK
-reads it; nothing here prints them."""
+Credentials are the engine's: Docker's come from the Docker config (`docker login`, credential
+helpers) as the Docker SDK reads it, and reach the engine in its API's header, never on a command
+line; skopeo and the engines' CLIs read the same files themselves. Nothing here prints them."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import docker
 
 from torchstack import registry, tags
 from torchstack.errors import ToolkitError, UsageProblem
+from torchstack.logins import LoginRefused
 from torchstack.plan import RELEASE_STAGE, Plan, StagePlan
 
 # What a registry or the network says when trying again may help, and when it cannot.
@@ -129,7 +131,7 @@ def push(
         except (docker.errors.APIError, _RegistrySaid, OSError) as problem:
             message = _one_line(problem)
             if _AUTH.search(message):
-                raise PushFailed(f"push of {remote} refused: {message}; {LOGIN[engine].format(host=host)}") from None
+                raise _refused(host, f"the push of {remote}", message, LOGIN[engine]) from None
             if _TLS.search(message):
                 raise PushFailed(f"push of {remote} failed on TLS: {message}; {TLS_FIX[engine].format(host=host)}") from None
             if attempt == ATTEMPTS or not _TRANSIENT.search(message):
@@ -188,6 +190,16 @@ def _as_checked(pushed: str, image_id: str, say: Callable[[str], None]) -> None:
         + "; Podman before 4.6 sends a layer the registry already holds with other compression (its blob-info cache "
         "names it) and rewrites the image: remove blob-info-cache-v1.boltdb from /var/lib/containers/cache "
         "(~/.local/share/containers/cache for a rootless Podman) and push again"
+    )
+
+
+def _refused(host: str, what: str, message: str, log_in: str) -> LoginRefused:
+    """A registry that refused the login, at any step of publishing (exit 2): what to do, and that
+    the same command again reuses what was built and checked. A registry never tags an image whose
+    blobs it lacks: what the step had sent is under no name."""
+    return LoginRefused(
+        f"the registry {host} refused the login for {what} ({message}): {log_in.format(host=host)}, "
+        "then run the same command again (what was built and checked is reused)"
     )
 
 
@@ -366,7 +378,7 @@ def _cli(tool: str, *args: str, missing_is_usage: bool = False) -> str:
         message = " ".join(result.stderr.split())[:300]
         if _AUTH.search(message):
             host = args[-1].removeprefix("docker://").split("/", 1)[0]
-            raise PushFailed(f"{tool} {' '.join(args[:2])}: {message}; {LOGIN[tool].format(host=host)}")
+            raise _refused(host, f"{tool} {' '.join(args[:2])}", message, LOGIN["podman" if tool == "podman" else "docker"])
         if missing_is_usage and re.search(r"no such manifest|not found|manifest unknown", message, re.IGNORECASE):
             raise UsageProblem(f"{args[-1].removeprefix('docker://')}: not in the registry ({message})")
         raise PushFailed(f"{tool} {' '.join(args[:2])} {args[-1]} failed: {message}")

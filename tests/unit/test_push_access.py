@@ -5,12 +5,14 @@ loopback that answers as registries do (Basic, or a Bearer token service)."""
 import base64
 import http.server
 import json
+import os
 import socket
 import threading
+from pathlib import Path
 
 import pytest
 
-from torchstack import registry
+from torchstack import logins, registry
 from torchstack.errors import UsageProblem
 
 LOGIN = ("ci", "s3cret")
@@ -79,16 +81,16 @@ def test_a_registry_that_takes_the_push_passes(serve, mode, login):
     ("mode", "login", "said"),
     [
         ("basic", None, "asks for a login and this host stored none: log in with `docker login {host}` or `podman login {host}`"),
-        ("basic", ("ci", "wrong"), "refuses this host's login (401): log in with `docker login {host}`"),
-        ("bearer", ("ci", "wrong"), "refuses this host's login (401)"),
+        ("basic", ("ci", "wrong"), "refuses the login from {auth_file} (401 for /v2/): log in with `docker login {host}`"),
+        ("bearer", ("ci", "wrong"), "refuses the login from {auth_file} (no token: 401): log in with `docker login {host}`"),
     ],
 )
-def test_a_registry_that_refuses_the_login_is_one_line(serve, mode, login, said):
+def test_a_registry_that_refuses_the_login_is_one_line(serve, mode, login, said, tmp_path):
     remote, _ = serve(mode, login)
     host = remote.split("/")[0]
     with pytest.raises(UsageProblem) as refused:
         registry.check_push_access(remote)
-    assert said.format(host=host) in str(refused.value) and "\n" not in str(refused.value)
+    assert said.format(host=host, auth_file=tmp_path / "auth.json") in str(refused.value) and "\n" not in str(refused.value)
 
 
 def test_a_registry_that_does_not_answer_is_one_line():
@@ -102,9 +104,73 @@ def test_a_registry_that_does_not_answer_is_one_line():
     )
 
 
-def test_a_login_kept_by_a_credential_helper_is_left_to_the_engine(serve, tmp_path):
-    """docker login with a credential helper stores no password in the config: the engine asks the
-    helper at the push, so the settling step does not refuse what it cannot read."""
+# A credential helper as Docker's protocol has it: `get` reads the registry's host on stdin and
+# answers {"ServerURL", "Username", "Secret"}, or says "credentials not found" and exits 1.
+HELPER = """#!/bin/sh
+[ "$1" = get ] || exit 2
+read -r host
+if [ "$host" = "$WANTED_HOST" ]; then
+    printf '{"ServerURL": "%s", "Username": "ci", "Secret": "%s"}' "$host" "$HELPER_SECRET"
+else
+    echo "credentials not found in native keychain"; exit 1
+fi
+"""
+
+
+@pytest.fixture
+def helper(monkeypatch, tmp_path):
+    """docker-credential-test on PATH, keeping one login (its secret in HELPER_SECRET)."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "docker-credential-test").write_text(HELPER)
+    (folder / "docker-credential-test").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    return monkeypatch
+
+
+@pytest.mark.parametrize("kept", ["credsStore", "credHelpers"])
+def test_a_login_kept_by_a_credential_helper_is_asked_of_the_helper(serve, helper, tmp_path, kept):
+    """docker login with a credential helper keeps no password in the config: the helper is asked,
+    as the engines ask it, and its answer is the login the registry is asked to take."""
     remote, _ = serve("basic", None)
-    (tmp_path / "auth.json").write_text(json.dumps({"auths": {}, "credsStore": "secretservice"}))
+    host = remote.split("/")[0]
+    config = {"auths": {host: {}}, **({"credsStore": "test"} if kept == "credsStore" else {"credHelpers": {host: "test"}})}
+    (tmp_path / "auth.json").write_text(json.dumps(config))
+    helper.setenv("WANTED_HOST", host)
+    helper.setenv("HELPER_SECRET", LOGIN[1])
     registry.check_push_access(remote)
+    assert logins.login_for(host).source == f"{tmp_path / 'auth.json'}'s credential helper docker-credential-test"
+    helper.setenv("HELPER_SECRET", "wrong")
+    with pytest.raises(UsageProblem) as refused:
+        registry.check_push_access(remote)
+    assert "credential helper docker-credential-test (401 for /v2/)" in str(refused.value) and "wrong" not in str(refused.value)
+    helper.setenv("WANTED_HOST", "elsewhere")
+    with pytest.raises(UsageProblem, match="asks for a login and this host stored none"):
+        registry.check_push_access(remote)
+
+
+def test_a_helper_that_is_not_installed_is_one_line(serve, tmp_path):
+    remote, _ = serve("basic", None)
+    host = remote.split("/")[0]
+    (tmp_path / "auth.json").write_text(json.dumps({"credHelpers": {host: "ecr-login"}}))
+    with pytest.raises(logins.LoginRefused) as refused:
+        logins.login_for(host)
+    said = str(refused.value)
+    assert said.startswith(
+        f"{host}: the credential helper docker-credential-ecr-login that {tmp_path / 'auth.json'} names could not be asked"
+    )
+    assert said.endswith(f"install it, or log in again with `docker login {host}`") and "\n" not in said
+
+
+def test_logins_are_looked_for_where_podman_then_docker_keep_them(monkeypatch, tmp_path):
+    monkeypatch.delenv("REGISTRY_AUTH_FILE", raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/1000")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))
+    assert logins.auth_files() == [
+        Path("/run/user/1000/containers/auth.json"),
+        tmp_path / "config" / "containers" / "auth.json",
+        tmp_path / "docker" / "config.json",
+    ]
+    monkeypatch.setenv("REGISTRY_AUTH_FILE", str(tmp_path / "named.json"))
+    assert logins.auth_files() == [tmp_path / "named.json", tmp_path / "docker" / "config.json"]
