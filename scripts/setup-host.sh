@@ -114,8 +114,10 @@ fi
 #     slirp4netns, which Podman 6 dropped, serves Podman 4 (Debian 12, Ubuntu 24.04); and runc (crun, which Podman prefers, cannot run on a host with hybrid cgroups) unless
 #     Docker CE's containerd.io is here: it carries its own runc, and dpkg refuses a second one;
 #   the tests (--tests): their own signed Debian archive (gpg), their second engines' bridges
-#     (iproute2), a registry server (docker-registry, below), Podman, and FUSE (fuse3: its
-#     fusermount3) for the SOCI snapshotter of their lazy node.
+#     (iproute2), a registry server (docker-registry, below), Podman, FUSE (fuse3: its
+#     fusermount3) for the SOCI snapshotter of their lazy node, and for their registry that asks for
+#     a login: its htpasswd file (apache2-utils: htpasswd -B, the bcrypt the registry reads) and a
+#     real credential helper (golang-docker-credential-helpers' docker-credential-pass, with pass).
 missing=()
 wanted=(mmdebstrap debian-archive-keyring arch-test curl gpgv xz-utils ca-certificates skopeo)
 if [[ $engine == docker ]] && ! command -v dockerd > /dev/null; then
@@ -124,7 +126,7 @@ if [[ $engine == docker ]] && ! command -v dockerd > /dev/null; then
 fi
 podman_wanted=''
 [[ $engine == podman || -n $tests ]] && podman_wanted=1
-[[ -n $tests ]] && wanted+=(gpg iproute2 fuse3)
+[[ -n $tests ]] && wanted+=(gpg iproute2 fuse3 apache2-utils pass golang-docker-credential-helpers)
 if [[ -n $podman_wanted ]]; then
     case $release in
         debian:bookworm | ubuntu:noble) wanted+=(podman uidmap slirp4netns) ;; # Podman 4.3, 4.9

@@ -9,7 +9,7 @@ import click
 import docker.errors
 
 from torchstack import sharing, tags
-from torchstack.connection import choose, cli_refused, connect
+from torchstack.connection import ENGINES, choose, cli_refused, connect
 from torchstack.errors import ToolkitError, UsageProblem
 from torchstack.model import Catalog
 from torchstack.options import engine_option, writable_folder
@@ -29,7 +29,13 @@ def manifest_command(catalog: Catalog) -> click.Command:
         help=f"An architecture the tag must hold, one of {', '.join(catalog.architectures)} (repeat).",
     )
     @click.option("--sign", metavar="KEY", help="Sign the list and each image in it (cosign, offline), as --sign does a build's.")
-    @engine_option
+    @click.option(
+        "--engine",
+        type=click.Choice(ENGINES),
+        default="auto",
+        show_default=True,
+        help="Taken as other commands take it; the tag is made through the registry's API whatever the engine.",
+    )
     def manifest_command(target: str, sources: tuple[str, ...], arches: tuple[str, ...], sign: str | None, engine: str) -> None:
         """Join per-architecture images in a registry (SOURCES) as one multi-architecture tag (TARGET).
 
@@ -37,7 +43,7 @@ def manifest_command(catalog: Catalog) -> click.Command:
         ghcr.io/acme/torchstack:r26.11-torch-2.13.0-openblas-x86_64
         ghcr.io/acme/torchstack:r26.11-torch-2.13.0-openblas-aarch64 --arch x86_64 --arch aarch64
         """
-        from torchstack.publish import join_architectures
+        from torchstack.joining import join_architectures
 
         unknown = [a for a in arches if a not in catalog.architectures]
         if unknown:
@@ -51,8 +57,7 @@ def manifest_command(catalog: Catalog) -> click.Command:
 
             sign = signing.check_key(sign, "--sign", private=True)
         expected = {a: catalog.architectures[a].docker.split("/", 1)[1] for a in dict.fromkeys(arches)}
-        kind = choose(engine).kind  # the engine's CLI does this, not its API
-        digest = join_architectures(target, list(sources), expected, lambda line: click.echo(line, err=True), kind)
+        digest = join_architectures(target, list(sources), expected, lambda line: click.echo(line, err=True))
         if sign:
             signed = signing.sign(f"{target.rpartition(':')[0]}@{digest}", sign, None, None, recursive=True)
             click.echo(f"torchstack: signed {signed['reference']} and each image in it (cosign, no transparency log)", err=True)

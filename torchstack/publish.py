@@ -7,8 +7,6 @@ line; skopeo and the engines' CLIs read the same files themselves. Nothing here 
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import subprocess
 import tempfile
@@ -244,128 +242,6 @@ def _one_line(problem: BaseException) -> str:
     else:
         text = str(problem)
     return " ".join(text.split())[:300]
-
-
-def join_architectures(
-    target: str, sources: list[str], expected: dict[str, str], say: Callable[[str], None], engine: str = "docker"
-) -> str:
-    """One multi-architecture tag, `target`, over per-architecture images already in the registry,
-    made with the engine's CLI (`docker manifest`, or `podman manifest`).
-
-    `expected` maps each architecture the tag must hold to its Docker name (aarch64: arm64). A
-    source the registry lacks, two sources of one architecture, an architecture missing or one
-    not asked for: refused in one line, nothing made. Returns the digest of the pushed list."""
-    host = target.split("/", 1)[0]
-    if engine == "podman":
-        # Podman reads an image's platform only into a list of its own: the list is made first,
-        # source by source, and removed however the join ends.
-        scratch = f"torchstack-manifest-{os.getpid()}"
-        tls = [f"--tls-verify={'false' if registry.is_loopback(host) else 'true'}"]
-        _cli("podman", "manifest", "create", scratch)
-        try:
-
-            def platforms(source: str) -> list[tuple[str, str]]:
-                before = _podman_entries(scratch)
-                _cli("podman", "manifest", "add", "--all", *tls, scratch, f"docker://{source}", missing_is_usage=True)
-                added = {digest: arch for digest, arch in _podman_entries(scratch).items() if digest not in before}
-                for digest in (d for d, arch in added.items() if arch == ATTESTATION_PLATFORM):
-                    _cli("podman", "manifest", "remove", scratch, digest)  # BuildKit's attestation: no architecture
-                return [(arch, source) for arch in added.values() if arch != ATTESTATION_PLATFORM]
-
-            _by_architecture(target, sources, expected, platforms, say)
-            with tempfile.TemporaryDirectory(prefix="torchstack-manifest-") as work:
-                digest_file = Path(work) / "digest"
-                _cli("podman", "manifest", "push", "--all", *tls, "--digestfile", str(digest_file), scratch, f"docker://{target}")
-                pushed = digest_file.read_text() if digest_file.is_file() else ""
-        finally:
-            subprocess.run(["podman", "manifest", "rm", scratch], capture_output=True)
-    else:
-        insecure = ["--insecure"] if registry.is_loopback(host) else []  # as the engine: plain HTTP on loopback only
-
-        def platforms(source: str) -> list[tuple[str, str]]:
-            try:
-                answer = json.loads(_cli("docker", "manifest", "inspect", "--verbose", *insecure, source, missing_is_usage=True))
-            except UsageProblem:
-                _refuse_unreadable(source)
-                raise
-            return _docker_images(source, answer)
-
-        found = _by_architecture(target, sources, expected, platforms, say)
-        _cli("docker", "manifest", "create", "--amend", *insecure, target, *found.values())
-        pushed = _cli("docker", "manifest", "push", "--purge", *insecure, target)
-    digest = re.search(r"sha256:[0-9a-f]{64}", pushed)
-    if not digest:
-        raise PushFailed(f"{engine} manifest push {target} reported no digest: {pushed.strip()[:200]}")
-    return digest[0]
-
-
-def _refuse_unreadable(source: str) -> None:
-    """Docker 20.10's CLI answers "no such manifest" for an image the registry holds as OCI (as
-    Podman builds it and --compression zstd pushes it): refused in one line naming a way that reads it."""
-    try:
-        reference = registry.parse(source)
-        _, manifest = registry.Registry(reference.host).manifest(reference)
-    except (registry.RegistryProblem, UsageProblem):
-        return
-    if manifest.get("mediaType", "").startswith("application/vnd.oci."):
-        raise UsageProblem(
-            f"{source} is an OCI image (as Podman builds it and --compression zstd pushes it), which this Docker CLI cannot read "
-            "(Docker 20.10's cannot; a current one can): join it with --engine podman, or a current Docker CLI"
-        )
-
-
-# The platform BuildKit gives the attestation manifest it puts beside an image in an index (its
-# provenance or SBOM, annotated vnd.docker.reference.type: attestation-manifest): no architecture.
-ATTESTATION_PLATFORM = "unknown"
-
-
-def _docker_images(source: str, answer: dict | list) -> list[tuple[str, str]]:
-    """(architecture, reference) of each image `docker manifest inspect --verbose` found for `source`: a
-    list's images by digest (`docker manifest create` takes images, not lists), attestations left out."""
-    if not isinstance(answer, list):
-        return [(answer["Descriptor"]["platform"]["architecture"], source)]
-    name = registry.parse(source).name
-    return [
-        (entry["Descriptor"]["platform"]["architecture"], f"{name}@{entry['Descriptor']['digest']}")
-        for entry in answer
-        if entry["Descriptor"].get("platform", {}).get("architecture") != ATTESTATION_PLATFORM
-    ]
-
-
-def _by_architecture(
-    target: str,
-    sources: list[str],
-    expected: dict[str, str],
-    platforms: Callable[[str], list[tuple[str, str]]],
-    say: Callable[[str], None],
-) -> dict[str, str]:
-    """Each expected architecture's image, from the Docker architecture of each image a source names
-    in the registry (`platforms`: architecture and the image's reference), said in one line; refused in
-    one line unless there is exactly one for each."""
-    host = target.split("/", 1)[0]
-    wanted_by_docker = {docker_arch: name for name, docker_arch in expected.items()}
-    found: dict[str, str] = {}
-    for source in sources:
-        if source.split("/", 1)[0] != host:
-            raise UsageProblem(f"{source}: not in {host}, where {target} goes; push it there first")
-        for platform, image in platforms(source):
-            arch = wanted_by_docker.get(platform)
-            if arch is None:
-                raise UsageProblem(f"{source} is a {platform} image; asked for {', '.join(expected)} only (--arch)")
-            if arch in found:
-                raise UsageProblem(f"{source} and {found[arch]} are both {arch} images: one per architecture")
-            found[arch] = image
-    missing = [arch for arch in expected if arch not in found]
-    if missing:
-        raise UsageProblem(f"no image for {', '.join(missing)} among the sources; {target} was not made")
-    say(f"torchstack: joining {', '.join(f'{arch} ({found[arch]})' for arch in expected)} as {target}")
-    return found
-
-
-def _podman_entries(name: str) -> dict[str, str]:
-    """digest -> architecture of each image in Podman's local manifest list `name`."""
-    answer = json.loads(_cli("podman", "manifest", "inspect", name))
-    return {entry["digest"]: entry.get("platform", {}).get("architecture", "?") for entry in answer.get("manifests") or []}
 
 
 def _cli(tool: str, *args: str, missing_is_usage: bool = False) -> str:

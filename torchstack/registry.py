@@ -5,6 +5,8 @@ Reads manifests, configurations and blobs, writes blobs and manifests: what the 
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import ipaddress
 import json
@@ -15,7 +17,7 @@ from pathlib import Path
 import requests
 
 from torchstack.errors import ToolkitError, UsageProblem
-from torchstack.logins import LOG_IN, LoginRefused, Trusting, login_for, tls_context
+from torchstack.logins import LOG_IN, Login, LoginRefused, Trusting, login_for, tls_context
 
 # Both generations of image manifests and lists: Docker's and OCI's.
 ACCEPT = ", ".join(
@@ -73,7 +75,7 @@ def parse(text: str) -> Reference:
     return Reference(host, repository, tag or None, digest or None)
 
 
-def _digest_of(data: bytes) -> str:
+def digest_of(data: bytes) -> str:
     return f"sha256:{hashlib.sha256(data).hexdigest()}"
 
 
@@ -90,9 +92,13 @@ class Registry:
         self.host = host
         self.session = requests.Session()
         self.session.mount("https://", Trusting(tls_context(host)))
-        self.login = login_for(host)
         self._basic = False  # the registry asked for the login itself, not a token
         self._scheme: str | None = None
+
+    @functools.cached_property
+    def login(self) -> Login | None:
+        """Asked for only when the registry asks for a login: a public registry asks no helper."""
+        return login_for(self.host)
 
     @property
     def base(self) -> str:
@@ -189,9 +195,9 @@ class Registry:
     def manifest_bytes(self, repository: str, name: str) -> tuple[str, str, bytes]:
         """The digest, media type and bytes (as the registry holds them) of a manifest, by tag or digest."""
         answer = self.request("GET", f"{repository}/manifests/{name}", ACCEPT)
-        digest = answer.headers.get("Docker-Content-Digest") or _digest_of(answer.content)
-        if DIGEST.fullmatch(name) and _digest_of(answer.content) != name:
-            raise RegistryProblem(f"{self.host}/{repository}@{name}: the registry answered other bytes ({_digest_of(answer.content)})")
+        digest = answer.headers.get("Docker-Content-Digest") or digest_of(answer.content)
+        if DIGEST.fullmatch(name) and digest_of(answer.content) != name:
+            raise RegistryProblem(f"{self.host}/{repository}@{name}: the registry answered other bytes ({digest_of(answer.content)})")
         return digest, answer.headers.get("Content-Type", "").split(";")[0], answer.content
 
     def referrers(self, repository: str, digest: str) -> list[dict]:
@@ -233,7 +239,7 @@ class Registry:
 
     def put_blob(self, repository: str, data: bytes) -> str:
         """`data` as a blob of `repository` (where it is not there already); its digest."""
-        digest = _digest_of(data)
+        digest = digest_of(data)
         try:
             self.request("HEAD", f"{repository}/blobs/{digest}")
             return digest
@@ -247,6 +253,18 @@ class Registry:
         octets = {"Content-Type": "application/octet-stream"}
         self.request("PUT", f"{location}{separator}digest={digest}", data=data, headers=octets)
         return digest
+
+    def mount_blob(self, repository: str, digest: str, source: str) -> bool:
+        """The blob `digest` of repository `source` lent to `repository` too (no bytes moved), where the
+        registry does so: False where it started an upload instead (which is cancelled)."""
+        answer = self.request("POST", f"{repository}/blobs/uploads/?mount={digest}&from={source}")
+        if answer.status_code == 201:
+            return True
+        location = answer.headers.get("Location", "")
+        if location:
+            with contextlib.suppress(RegistryProblem):
+                self.request("DELETE", location if "://" in location else f"{self.base.removesuffix('/v2')}{location}")
+        return False
 
     def put_manifest(self, repository: str, name: str, body: bytes, media_type: str) -> bool:
         """A manifest under `name` (a tag, or its digest); whether the registry took its subject into
@@ -287,6 +305,14 @@ class Registry:
         top = manifest(reference.digest or reference.tag or "latest")
         (folder / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
         return top
+
+
+def plain_http(host: str) -> bool:
+    """Whether `host` is a registry on loopback that answers plain HTTP, not HTTPS."""
+    try:
+        return is_loopback(host) and Registry(host).base.startswith("http:")
+    except RegistryProblem:
+        return is_loopback(host)
 
 
 def referrers_tag(digest: str) -> str:

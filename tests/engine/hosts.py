@@ -43,7 +43,8 @@ DATA_ROOTS: dict[str, Path] = {}
 @contextlib.contextmanager
 def running_registry(folder: Path, auth: bool, tls: tuple[str, Path, Path, Path] | None = None) -> Iterator[str]:
     """The address of a registry on 127.0.0.1 (an address the engine may use over plain HTTP), storing in
-    `folder`. With `auth`, it needs a login that no user has (an empty htpasswd file). With `tls`
+    `folder`. With `auth`, it needs a login: one of `folder`/htpasswd (bcrypt, as `htpasswd -B` writes it;
+    the registry reads it again when it changes), which none has where the caller wrote none. With `tls`
     (its address, certificate, key, and another registry's data folder to serve), over HTTPS there."""
     binary = shutil.which("docker-registry")
     if not binary:
@@ -57,7 +58,8 @@ def running_registry(folder: Path, auth: bool, tls: tuple[str, Path, Path, Path]
         "http": {"addr": f"{host}:{port}", **({"tls": {"certificate": str(tls[1]), "key": str(tls[2])}} if tls else {})},
     }
     if auth:
-        (folder / "htpasswd").write_text("")
+        if not (folder / "htpasswd").exists():
+            (folder / "htpasswd").write_text("")
         config["auth"] = {"htpasswd": {"realm": "torchstack-test", "path": str(folder / "htpasswd")}}
     (folder / "config.yml").write_text(json.dumps(config))  # JSON is YAML
     server = subprocess.Popen(

@@ -1,10 +1,14 @@
 """--push before any build: what goes where, and the options that cannot work refused in one line.
 The pushes themselves run against a real registry in tests/engine/test_registry.py."""
 
+import http.server
+import json
+import threading
+
 import pytest
 from click.testing import CliRunner
 
-from torchstack import publish
+from torchstack import joining, registry
 from torchstack.cli import make_cli
 from torchstack.errors import UsageProblem
 from torchstack.publish import check_registry, wanted
@@ -68,18 +72,50 @@ def test_a_push_that_cannot_work_is_one_line_and_exit_2(catalog, extra, message)
     assert len(result.output.strip().splitlines()) == 1, result.output
 
 
-def test_a_list_with_buildkits_attestation_joins_by_its_images_digests_leaving_the_attestation_out():
+def test_a_list_with_buildkits_attestation_joins_by_its_images_leaving_the_attestation_out(monkeypatch, tmp_path):
     """BuildKit on Docker's containerd image store pushes an index: the image and an attestation
-    manifest (platform unknown/unknown), which is no architecture; `docker manifest create` takes
-    images, so the image is named by its digest."""
+    manifest (platform unknown/unknown), which is no architecture: the join takes the image alone."""
     image, attestation = "sha256:" + "1" * 64, "sha256:" + "2" * 64
-    answer = [
-        {"Ref": f"127.0.0.1:5000/ml/t:a@{image}", "Descriptor": {"digest": image, "platform": {"architecture": "amd64", "os": "linux"}}},
-        {
-            "Ref": f"127.0.0.1:5000/ml/t:a@{attestation}",
-            "Descriptor": {"digest": attestation, "platform": {"architecture": "unknown", "os": "unknown"}},
-        },
-    ]
-    assert publish._docker_images("127.0.0.1:5000/ml/t:a", answer) == [("amd64", f"127.0.0.1:5000/ml/t@{image}")]
-    single = {"Descriptor": {"digest": image, "platform": {"architecture": "arm64", "os": "linux"}}}
-    assert publish._docker_images("127.0.0.1:5000/ml/t:b", single) == [("arm64", "127.0.0.1:5000/ml/t:b")]
+    listed = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [
+            {
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": image,
+                "size": 9,
+                "platform": {"architecture": "amd64", "os": "linux"},
+            },
+            {
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": attestation,
+                "size": 9,
+                "platform": {"architecture": "unknown", "os": "unknown"},
+            },
+        ],
+    }
+    body = json.dumps(listed).encode()
+
+    class Index(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            found = self.path == "/v2/ml/t/manifests/a"
+            self.send_response(200 if found else 404)
+            self.send_header("Content-Type", listed["mediaType"])
+            self.send_header("Content-Length", str(len(body) if found else 0))
+            self.end_headers()
+            self.wfile.write(body if found else b"")
+
+    monkeypatch.setenv("REGISTRY_AUTH_FILE", str(tmp_path / "none.json"))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Index)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host = f"127.0.0.1:{server.server_address[1]}"
+    try:
+        found = joining._images_of(registry.Registry(host), registry.parse(f"{host}/ml/t:a"))
+        assert [entry["digest"] for entry in found] == [image]
+        with pytest.raises(UsageProblem, match=f"{host}/ml/t:b: not in the registry"):
+            joining._images_of(registry.Registry(host), registry.parse(f"{host}/ml/t:b"))
+    finally:
+        server.shutdown()
