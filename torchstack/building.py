@@ -6,7 +6,7 @@ import functools
 import time
 from pathlib import Path
 
-from torchstack import bootstrap, connection, engine, publish, reproducible, sharing, sources
+from torchstack import bootstrap, connection, engine, publish, registry, reproducible, sharing, sources
 from torchstack.buildjob import BuildJob, BuildProgress
 from torchstack.engine import BuildRun
 from torchstack.errors import ToolkitError
@@ -35,6 +35,17 @@ def _pull_cache(client, plan: Plan, registry: str, name: str, note) -> str | Non
         return None
     note(f"torchstack: --cache-from: pulled {remote}")
     return remote
+
+
+def _say_if_unreadable(remote: str, note) -> None:
+    """The warning the legacy builder's pull gives, for BuildKit, which reads --cache-from's image
+    from the registry itself and says nothing when it cannot: the registry asked first (its
+    manifest), and the image still handed to BuildKit."""
+    try:
+        reference = registry.parse(remote)
+        registry.Registry(reference.host).manifest(reference)
+    except (ToolkitError, ValueError) as problem:
+        note(f"torchstack: warning: --cache-from: no {remote} ({problem}); building it here")
 
 
 def _cache_source(client, plan: Plan, stage: StagePlan, registry: str | None, note) -> str | None:
@@ -136,8 +147,9 @@ def _stage_job(
     """What building `stage` asks of the builder: its context, tag, labels, the images whose steps it
     may reuse (--cache-from), its dates (reproducible.py), its secrets."""
     cache, reads = (), build.builder.reads_cache
-    if run.cache_from and reads == "registry":  # BuildKit asks the registry itself, and says so in its log when it lacks the image
+    if run.cache_from and reads == "registry":  # BuildKit asks the registry itself, and says nothing when it lacks the image
         cache = (publish.remote_name(run.cache_from, publish.pushed_as(plan, stage)),)
+        _say_if_unreadable(cache[0], view.note)
     elif run.cache_from and reads == "images":
         cache = tuple(filter(None, [_cache_source(build.client, plan, stage, run.cache_from, view.note)]))
     return BuildJob(

@@ -217,7 +217,12 @@ def build_options(func):
     """The options of a build alone (not of plan, render or fetch): how it runs, where it pushes."""
 
     @click.option("--no-cache", is_flag=True, help="Build every step again.")
-    @click.option("--dry-run", is_flag=True, help="Print the plan; touch no Docker engine.")
+    @click.option(
+        "--dry-run",
+        is_flag=True,
+        help="Settle the request as a build does (wheel, plugins, --sign key, --push login) and print the plan; "
+        "build, push and sign nothing (the engine is asked only what it is).",
+    )
     @click.option("--no-test", is_flag=True, help="Skip the image checks after the final stage.")
     @click.option("--recheck", is_flag=True, help="Run the image checks even if they passed on this image ID with the same checks before.")
     @click.option("--quiet", is_flag=True, help="No live view; print only the result.")
@@ -282,7 +287,7 @@ def publish_options(func):
         "nodes with the SOCI snapshotter start it before its pull ends; other engines pull the same image as before "
         "(needs root and bash scripts/setup-host.sh --lazy).",
     )
-    @click.option("--push-stages", is_flag=True, help="With --push, push the stage images too, so other hosts' builds start from them.")
+    @click.option("--push-stages", is_flag=True, help="Push the stage images too, so other hosts' builds start from them (implies --push).")
     @click.option(
         "--registry",
         metavar="HOST[:PORT]/NAMESPACE",

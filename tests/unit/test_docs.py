@@ -1,0 +1,228 @@
+"""The docs hold to the code: every command the README and docs/using show is accepted as shown, the
+engine-free ones print what the docs show, and docs/using/options.md's tables are the CLI's options.
+
+Commands in ```sh blocks are read as the user would type them: each must parse, and a build request
+(`./build.py [OPTIONS]`, `plan`, `render`, `fetch`) must plan, with no engine. Commands in ```console
+blocks are transcripts, `$ COMMAND` then the lines it prints (all of them or some, `...` between):
+each is run and every line shown must be a line of its output, the release's month (`rYY.MM`) aside.
+Only engine-free commands are shown so (plan, render, matrix, list, --help, and refusals); a
+command that needs an engine is run by the engine tests where the suite builds that request.
+
+The runs are made as on a host with no local wheelhouse (no pip configuration), where a page's
+output would otherwise depend on the host: pages say which host an example is for."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import click
+import pytest
+
+from torchstack.cli import make_cli
+from torchstack.model import ROOT, load_catalog
+
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs" / "using").glob("*.md"))]
+OPTIONS = ROOT / "docs" / "using" / "options.md"
+ENGINE_FREE = ("plan", "render", "matrix", "list")
+BUILD_REQUESTS = (None, "plan", "render", "fetch")
+RELEASE = re.compile(r"\br\d\d\.\d\d\b")
+
+
+def _blocks(kind: str) -> list[tuple[str, str]]:
+    """(page, text) of each fenced block of `kind` (sh: also bash) in the pages."""
+    kinds = ("sh", "bash") if kind == "sh" else (kind,)
+    found = []
+    for page in PAGES:
+        for fence, text in re.findall(r"^```(\w*)\n(.*?)^```", page.read_text(), re.MULTILINE | re.DOTALL):
+            if fence in kinds:
+                found.append((page.name, text))
+    return found
+
+
+def _commands_shown() -> list[tuple[str, list[str]]]:
+    """(page, arguments after ./build.py) of each ./build.py command in the pages' sh blocks."""
+    found = []
+    for page, text in _blocks("sh"):
+        for line in text.replace("\\\n", " ").splitlines():
+            for part in re.split(r"&&|\$\(|\)", line.split(" #")[0]):
+                words = shlex.split(part.strip()) if "./build.py" in part else []
+                if words:
+                    found.append((page, words[words.index("./build.py") + 1 :]))
+    return found
+
+
+def _transcripts() -> list[tuple[str, str, list[str]]]:
+    """(page, command, lines shown) of each `$ ./build.py ...` in the pages' console blocks."""
+    found = []
+    for page, text in _blocks("console"):
+        for chunk in re.split(r"^\$ ", text, flags=re.MULTILINE)[1:]:
+            command, *shown = chunk.replace("\\\n", " ").splitlines()
+            found.append((page, command.strip(), [line for line in shown if line.strip() and line.strip() != "..."]))
+    return found
+
+
+def _neutral_env() -> dict[str, str]:
+    """The environment of a host with no local wheelhouse and no engine preference."""
+    drop = ("PIP_FIND_LINKS", "TORCHSTACK_ENGINE", "TORCHSTACK_TEST_WHEELHOUSE", "PIP_CERT", "PIP_INDEX_URL")
+    return {**{k: v for k, v in os.environ.items() if k not in drop}, "PIP_CONFIG_FILE": os.devnull}
+
+
+def _run(arguments: list[str]) -> subprocess.CompletedProcess:
+    """./build.py ARGUMENTS, in the current folder, on a neutral host (_neutral_env)."""
+    command = [sys.executable, str(ROOT / "build.py"), *arguments]
+    return subprocess.run(command, capture_output=True, text=True, env=_neutral_env(), timeout=120)
+
+
+def _parse(arguments: list[str]) -> str | None:
+    """Parse `arguments` as the command line does, without running anything; the subcommand named."""
+    cli = make_cli(load_catalog())
+    every = {opt: param for command in [cli, *cli.commands.values()] for param in command.params for opt in param.opts}
+    at, skip = len(arguments), False
+    for index, word in enumerate(arguments):
+        if skip:
+            skip = False
+        elif word.startswith("-"):
+            skip = "=" not in word and not getattr(every.get(word), "is_flag", True)
+        elif word in cli.commands:
+            at = index
+            break
+    with cli.make_context("build.py", arguments[:at]) as context:
+        if at == len(arguments):
+            return None
+        cli.commands[arguments[at]].make_context(arguments[at], arguments[at + 1 :], parent=context).close()
+        return arguments[at]
+
+
+def _request_of(arguments: list[str]) -> list[str]:
+    """What `plan` takes of a build's arguments: the request, without how the build runs (--push,
+    --sign, --mirror-dir, ...), which only a build reads."""
+    cli = make_cli(load_catalog())
+    plan = {opt for param in cli.commands["plan"].params for opt in param.opts}
+    every = {opt: param for command in [cli, *cli.commands.values()] for param in command.params for opt in param.opts}
+    kept, skip = [], False
+    for word in arguments:
+        if skip:
+            skip = False
+        elif word.startswith("--") and word.split("=")[0] not in plan:
+            skip = "=" not in word and not getattr(every.get(word), "is_flag", True)
+        else:
+            kept.append(word)
+    return kept
+
+
+@pytest.mark.parametrize(("page", "arguments"), _commands_shown(), ids=lambda value: value if isinstance(value, str) else None)
+def test_every_command_the_docs_show_is_accepted_as_shown(page, arguments, tmp_path, monkeypatch):
+    arguments = [word for word in arguments if word != "..."]
+    monkeypatch.chdir(tmp_path)  # the files a page names (cosign.pub, a keyring), made empty here
+    for word in arguments:
+        if re.fullmatch(r"[\w.-]+\.(gpg|pub|key|txt|yaml)", word):
+            (tmp_path / word).touch()
+    try:
+        command = _parse(arguments)
+    except click.ClickException as exc:
+        pytest.fail(f"{page}: ./build.py {' '.join(arguments)}: {exc.format_message()}")
+    if command in BUILD_REQUESTS:
+        planned = _run(["plan", *_request_of(arguments[1:] if command else arguments)])
+        assert planned.returncode == 0, f"{page}: ./build.py {' '.join(arguments)} does not plan: {planned.stderr[-500:]}"
+
+
+@pytest.mark.parametrize(("page", "command", "shown"), _transcripts(), ids=lambda value: value if isinstance(value, str) else None)
+def test_every_transcript_the_docs_show_is_what_the_command_prints(page, command, shown):
+    words = shlex.split(command)
+    assert words[0] == "./build.py", f"{page}: a transcript runs ./build.py, not {words[0]}"
+    arguments = words[1:]
+    assert arguments and (arguments[0] in ENGINE_FREE or "--help" in arguments or any("error" in line for line in shown)), (
+        f"{page}: `{command}` needs an engine: show it in a sh block, not as a transcript"
+    )
+    ran = _run(arguments)
+    printed = {RELEASE.sub("rYY.MM", line.rstrip()) for line in (ran.stdout + ran.stderr).splitlines()}
+    refused = any(line.startswith("torchstack: error:") for line in shown)
+    assert ran.returncode == (2 if refused else 0), f"{page}: `{command}` exited {ran.returncode}: {ran.stderr[-500:]}"
+    missing = [line for line in shown if RELEASE.sub("rYY.MM", line.rstrip()) not in printed]
+    assert not missing, f"{page}: `{command}` does not print {missing}; it prints:\n{ran.stdout[-3000:]}{ran.stderr[-1000:]}"
+
+
+def _table_rows(heading: str | None) -> list[tuple[str, str]]:
+    """(first cell, the rest) of each row of the table under `heading` in options.md (None: the
+    commands' table, before the first heading)."""
+    text = OPTIONS.read_text()
+    section = (text.split(f"## {heading}\n", 1)[1] if heading else text).split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("|---")]
+    return [(cells[0], " | ".join(cells[1:])) for cells in (re.split(r" (?<!\\)\| ", row.strip("| ")) for row in rows[1:])]
+
+
+def _options(text: str) -> set[str]:
+    return set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*|-k)\b", text))
+
+
+def _choices_shown(cell: str) -> dict[str, tuple[set[str], set[str]]]:
+    """--option a\\|b\\|c in a first cell: the choices it lists, and the other words the cell
+    backticks (an alias: `pytorch` = `final`)."""
+    return {
+        option: (set(listed.split("\\|")), set(re.findall(r"`(\w+)`", cell)))
+        for option, listed in re.findall(r"(--[a-z][a-z0-9-]*) ((?:[\w.-]+\\\|)+[\w.-]+)", cell)
+    }
+
+
+def _agree(option: str, param: click.Parameter, shown: tuple[set[str], set[str]]) -> None:
+    listed, aside = shown
+    if not isinstance(param.type, click.Choice):
+        return  # FILE\|DIR\|URL: kinds of value, not choices
+    choices = set(param.type.choices)
+    assert listed <= choices and choices <= listed | aside, f"{option}: options.md lists {sorted(listed)}; the CLI takes {sorted(choices)}"
+
+
+def _cli():
+    return make_cli(load_catalog())
+
+
+def test_every_option_of_a_build_is_in_options_md_and_every_one_there_exists():
+    cli = _cli()
+    build = {opt for param in cli.params if isinstance(param, click.Option) for opt in param.opts if opt.startswith("--")}
+    rows = _table_rows("Options of a build")
+    documented = set().union(*(_options(first) for first, _ in rows))
+    commands = set().union(*(_options(first) for first, _ in _table_rows(None)))
+    assert build - documented - commands == set(), "options of a build that options.md's tables do not name"
+    assert documented - build == set(), "options options.md's build table names that the CLI does not have"
+
+
+def test_choices_and_environment_defaults_in_options_md_are_the_clis():
+    cli = _cli()
+    params = {opt: param for param in cli.params if isinstance(param, click.Option) for opt in param.opts}
+    for first, rest in _table_rows("Options of a build"):
+        for option, shown in _choices_shown(first).items():
+            _agree(option, params[option], shown)
+        for option in _options(first):
+            said = set(re.findall(r"defaults to `\$(\w+)`|Default: `?\$(\w+)", rest))
+            envvars = {name for pair in said for name in pair if name}
+            if len(_options(first)) == 1 or envvars:
+                wanted = params[option].envvar
+                if envvars or wanted:
+                    assert envvars == ({wanted} if isinstance(wanted, str) else set(wanted or ())), (option, envvars, wanted)
+
+
+def test_every_command_is_in_options_md_with_the_options_it_takes():
+    cli = _cli()
+    rows = _table_rows(None)
+    build_rows = _table_rows("Options of a build")
+    build = {opt for param in cli.params for opt in param.opts}
+    shown_commands = {name for first, _ in rows for name in re.findall(r"`\./build\.py (\w+)", first)}
+    assert shown_commands == set(cli.commands), "commands the table and the CLI do not share"
+    for name, command in cli.commands.items():
+        own = {opt for param in command.params if isinstance(param, click.Option) for opt in param.opts if opt not in build}
+        text = " ".join(first + " " + rest for first, rest in rows if f"./build.py {name}" in first)
+        text += " ".join(first + " " + rest for first, rest in build_rows if f"`{name}`" in rest)
+        missing = {opt for opt in own if opt not in _options(text) and opt != "--help"}
+        assert not missing, f"options of `{name}` options.md does not name: {sorted(missing)}"
+        shown = {opt for first, _ in rows if f"./build.py {name}" in first for opt in _options(first)}
+        takes = {opt for param in command.params for opt in param.opts}
+        shown -= build - takes  # a build's own form beside the command (`plan` or `--dry-run`)
+        assert shown <= takes, f"options.md shows `{name}` with options it does not take: {sorted(shown - takes)}"
+        for first, _ in rows:
+            if f"./build.py {name}" in first:
+                for option, shown in _choices_shown(first).items():
+                    _agree(option, next(p for p in command.params if option in p.opts), shown)
