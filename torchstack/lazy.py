@@ -163,9 +163,12 @@ def _import(where: registry.Registry, pinned: str, work: Path, address: list[str
     (layout / "index.json").write_text(json.dumps({"schemaVersion": 2, "mediaType": registry.OCI_INDEX, "manifests": [named]}))
     ctr = [tool("ctr") or "ctr", *address, "images", "import", "--no-unpack", "--all-platforms", "-"]
     with subprocess.Popen(ctr, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as importing:
-        with tarfile.open(fileobj=importing.stdin, mode="w|") as archive:
-            archive.add(layout, arcname=".")
-        importing.stdin.close()
+        try:
+            with tarfile.open(fileobj=importing.stdin, mode="w|") as archive:
+                archive.add(layout, arcname=".")
+            importing.stdin.close()
+        except BrokenPipeError:
+            pass  # ctr stopped reading: its status and its message say why
         said = importing.stderr.read().decode(errors="replace")
     shutil.rmtree(layout)
     if importing.returncode != 0:
@@ -204,7 +207,10 @@ def publish(pinned: str, note: Callable[[str], None]) -> str:
         work = Path(folder)
         with own_containerd(work) as socket:
             address = ["--address", str(socket), "--namespace", "torchstack"]
-            _import(where, pinned, work, address)
+            try:
+                _import(where, pinned, work, address)
+            except registry.RegistryProblem as exc:
+                raise IndexFailed(f"fetching {pinned} to index it: {exc}") from None
             _run(
                 f"indexing {pinned} (soci create)", private_soci(work, *address, "create", "--min-layer-size", str(MIN_LAYER_SIZE), pinned)
             )
@@ -214,9 +220,7 @@ def publish(pinned: str, note: Callable[[str], None]) -> str:
                 raise IndexFailed(f"soci create made {len(digests)} indexes of {pinned}, not one")
         try:
             _push_index(where, reference.repository, work / "soci" / SOCI_STORE, digests[0])
-        except registry.RegistryProblem as exc:
-            if isinstance(exc, registry.LoginRefused):
-                raise
+        except registry.RegistryProblem as exc:  # a refused login is its own line (exit 2)
             raise IndexFailed(f"pushing the SOCI index of {pinned}: {exc}") from None
     note(f"torchstack: pushed the SOCI index of {pinned} ({digests[0]}): containerd nodes with the SOCI snapshotter start it lazily")
     return digests[0]

@@ -64,7 +64,10 @@ def login_for(host: str) -> Login | None:
     is one line."""
     for path in auth_files():
         try:
-            config = docker.auth.load_config(config_dict=json.loads(path.read_text()))
+            kept = json.loads(path.read_text())
+            if not isinstance(kept, dict):
+                raise ValueError("not a JSON object")
+            config = docker.auth.load_config(config_dict=kept)
         except OSError:
             continue
         except (ValueError, docker.errors.DockerException) as exc:
@@ -101,11 +104,15 @@ class Trusting(requests.adapters.HTTPAdapter):
 
 
 def tls_context(host: str) -> ssl.SSLContext:
+    """The TLS trust for `host` (HOST[:PORT]): the host's CA store, with what certs.d holds for it."""
     context = ssl.create_default_context()
     for folder in (base / host for base in CERTS_D):
-        for ca in sorted(folder.glob("*.crt")):
-            context.load_verify_locations(cafile=str(ca))
-        for cert in sorted(folder.glob("*.cert")):
-            if cert.with_suffix(".key").is_file():
-                context.load_cert_chain(str(cert), str(cert.with_suffix(".key")))
+        for path in sorted(folder.glob("*.crt")) + sorted(folder.glob("*.cert")):
+            try:
+                if path.suffix == ".crt":
+                    context.load_verify_locations(cafile=str(path))
+                elif path.with_suffix(".key").is_file():
+                    context.load_cert_chain(str(path), str(path.with_suffix(".key")))
+            except (ssl.SSLError, OSError) as exc:
+                raise UsageProblem(f"{path}: not a certificate the engines can use for {host} ({exc})") from None
     return context
