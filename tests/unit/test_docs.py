@@ -226,3 +226,15 @@ def test_every_command_is_in_options_md_with_the_options_it_takes():
             if f"./build.py {name}" in first:
                 for option, shown in _choices_shown(first).items():
                     _agree(option, next(p for p in command.params if option in p.opts), shown)
+
+
+def test_every_default_of_a_build_option_is_the_one_options_md_says():
+    """An option with a value by default: its row in options.md names that value as the default."""
+    cli = _cli()
+    rows = _table_rows("Options of a build")
+    for param in cli.params:
+        if not isinstance(param, click.Option) or param.is_flag or not isinstance(param.default, str):
+            continue
+        row = next(first + " | " + rest for first, rest in rows if param.opts[0] in _options(first))
+        said = re.search(rf"`{re.escape(param.default)}`[^|.;]{{0,40}}\bdefault|\bdefault[^|.;]{{0,40}}`{re.escape(param.default)}`", row)
+        assert said, f"{param.opts[0]}: options.md does not say its default is `{param.default}`"
