@@ -113,9 +113,7 @@ class Registry:
             return "https"
         except requests.exceptions.SSLError as exc:
             if not is_loopback(self.host):
-                raise RegistryProblem(
-                    f"the registry {self.host} fails TLS ({_why_not_reached(exc)}): {_TRUST.format(host=self.host)}"
-                ) from None
+                raise RegistryProblem(_tls_failed(self.host, exc)) from None
             tls = exc
         except requests.RequestException as exc:
             if not is_loopback(self.host):
@@ -126,7 +124,7 @@ class Registry:
         except requests.RequestException as exc:
             raise RegistryProblem(f"the registry {self.host} does not answer ({_why_not_reached(exc)})") from None
         if tls is not None and answer.status_code == 400 and "HTTPS" in answer.text:
-            raise RegistryProblem(f"the registry {self.host} fails TLS ({_why_not_reached(tls)}): {_TRUST.format(host=self.host)}")
+            raise RegistryProblem(_tls_failed(self.host, tls))
         return "http"
 
     def request(self, method: str, path: str, accept: str = "*/*", **options) -> requests.Response:
@@ -320,7 +318,14 @@ def referrers_tag(digest: str) -> str:
     return digest.replace(":", "-")
 
 
-_TRUST = "give this host the registry's CA (the system's CA store, or /etc/docker/certs.d/{host}/ca.crt)"
+def _tls_failed(host: str, exc: requests.RequestException) -> str:
+    """Why HTTPS to `host` failed, and what to do: trust its CA, or (speaking no TLS at all) serve it
+    over TLS: a registry other than loopback is reached over HTTPS only, never sent a login in clear."""
+    why = _why_not_reached(exc)
+    if why == "no TLS":
+        return f"the registry {host} speaks no TLS: the toolkit reaches a registry other than loopback over HTTPS only"
+    where = f"the system's CA store, or /etc/docker/certs.d/{host}/ca.crt"
+    return f"the registry {host} fails TLS ({why}): give this host the registry's CA ({where})"
 
 
 def check_push_access(remote: str) -> None:
@@ -361,7 +366,8 @@ def _why_not_reached(exc: requests.RequestException) -> str:
         ("Connection refused", "connection refused"),
         ("timed out", "no answer in 15 s"),
         ("CERTIFICATE_VERIFY_FAILED", "its certificate is not one this host trusts"),
-        ("SSLError", "no TLS"),
+        ("WRONG_VERSION_NUMBER", "no TLS"),  # a plain-HTTP server's answer to a TLS hello
+        ("SSLError", "TLS handshake failed"),
     ):
         if marker in text or marker in type(exc).__name__:
             return said
