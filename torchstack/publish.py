@@ -244,8 +244,8 @@ def _one_line(problem: BaseException) -> str:
     return " ".join(text.split())[:300]
 
 
-def _cli(tool: str, *args: str, missing_is_usage: bool = False) -> str:
-    """Run the engine's CLI (docker or podman); its failure as one line."""
+def _cli(tool: str, *args: str) -> str:
+    """Run a registry tool's CLI (skopeo, which reads the logins the engines read); its failure as one line."""
     try:
         result = subprocess.run([tool, *args], capture_output=True, text=True)
     except FileNotFoundError:
@@ -254,8 +254,6 @@ def _cli(tool: str, *args: str, missing_is_usage: bool = False) -> str:
         message = " ".join(result.stderr.split())[:300]
         if _AUTH.search(message):
             host = args[-1].removeprefix("docker://").split("/", 1)[0]
-            raise _refused(host, f"{tool} {' '.join(args[:2])}", message, LOGIN["podman" if tool == "podman" else "docker"])
-        if missing_is_usage and re.search(r"no such manifest|not found|manifest unknown", message, re.IGNORECASE):
-            raise UsageProblem(f"{args[-1].removeprefix('docker://')}: not in the registry ({message})")
+            raise _refused(host, f"{tool} {' '.join(args[:2])}", message, LOGIN["docker"])
         raise PushFailed(f"{tool} {' '.join(args[:2])} {args[-1]} failed: {message}")
     return result.stdout
