@@ -1,14 +1,15 @@
-"""A component of the stack as data: its pinned sources, its alternatives, what each version can build."""
+"""The stack's parts as data: a component's pinned sources with what each version can build, a torch release, a plugin wheel."""
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Annotated, Literal
 
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 # A Python package pinned to one version, as pip reads it: name==version
 PinnedPackage = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.!+_-]*$")]
@@ -127,7 +128,6 @@ class Component(Frozen):
     # satisfy each (a requirement on another component of the stack, numpy for torch, is met by
     # that component). The build checks it again (pip --check-build-dependencies).
     build_system_requires: tuple[str, ...] = ()
-    runtime_requirements: tuple[PinnedPackage, ...] = ()
     # What its installed package holds that nothing at run time reads (test programs), as globs under
     # site-packages: left out of the final image.
     unread: tuple[str, ...] = ()
@@ -206,3 +206,72 @@ class Component(Frozen):
             sha256=pin.sha256,
             sha256_from=pin.sha256_from,
         )
+
+
+class TorchRelease(Frozen):
+    """A torch release the catalog knows (data/torch.yaml): its wheels' Pythons, what it pulls in, pinned."""
+
+    name: str  # the release, e.g. 2.15.0
+    released: date
+    pythons: tuple[str, ...] = Field(min_length=1)
+    requires_dist: tuple[str, ...] = ()  # as PyPI's wheel declares it, CUDA's packages left out
+    requires_dist_from: str
+    runtime_requirements: tuple[PinnedPackage, ...] = Field(min_length=1)
+    resolved: str
+
+    def has_wheel_for(self, python: str) -> bool:
+        return python in self.pythons
+
+
+class Plugin(Frozen):
+    """A wheel built on torch that the toolkit knows (plugins.yaml): a vendor plugin, or a domain
+    library (`--with`)."""
+
+    name: str
+    vendor: str
+    description: str
+    library: bool = False  # a domain library, installed with --with NAME
+    module: str | None = None
+    versions: tuple[str, ...] = ()
+    torch_pairing: Literal["version-prefix", "table"] | None = None
+    torch_lines: dict[str, tuple[str, ...]] = {}  # table: each version's torch release lines ("2.13")
+    pairing_from: str | None = None  # where the pairing is published
+    compile_backends: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ()
+    requirements: tuple[PinnedPackage, ...] = ()
+    checks: tuple[str, ...] = ()  # files of tests/image/final/ the final checks run in the image
+    on_pypi: bool = True
+
+    @field_validator("torch_lines", mode="before")
+    @classmethod
+    def _one_line_or_many(cls, value: object) -> object:
+        return {k: (v,) if isinstance(v, str) else v for k, v in value.items()} if isinstance(value, dict) else value
+
+    @model_validator(mode="after")
+    def _every_version_paired(self) -> Plugin:
+        unpaired = [v for v in self.versions if self.torch_pairing == "table" and v not in self.torch_lines]
+        if unpaired:
+            raise ValueError(f"torch_pairing table: no torch_lines entry for {', '.join(unpaired)}")
+        return self
+
+    @property
+    def import_name(self) -> str:
+        return self.module or self.name.replace("-", "_")
+
+    def version_for(self, torch_version: str) -> str | None:
+        """The pinned version that pairs with `torch_version` (its release, local label dropped)."""
+        return next((v for v in self.versions if self.pairs(v, torch_version)), None)
+
+    def torch_lines_of(self, version: str) -> tuple[str, ...] | None:
+        """The torch releases (lines, "2.14") `version` is built for; None where the pairing does not say."""
+        if self.torch_pairing == "version-prefix":
+            return (version.rsplit(".", 1)[0],)
+        return self.torch_lines.get(version) if self.torch_pairing == "table" else None
+
+    def pairs(self, version: str, torch_version: str) -> bool:
+        lines, release = self.torch_lines_of(version), torch_version.split("+")[0]
+        return lines is None or any(release == line or release.startswith(line + ".") for line in lines)
+
+    def pairings(self) -> str:
+        """Each pinned version with the torch it pairs with, e.g. "2.14.0.1 for torch 2.14.0"."""
+        return ", ".join(f"{v} for torch {' or '.join(self.torch_lines_of(v) or ('any',))}" for v in self.versions)

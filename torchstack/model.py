@@ -12,7 +12,7 @@ from typing import Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from torchstack.component import Component, Frozen, PinnedPackage
+from torchstack.component import Component, Frozen, Plugin, TorchRelease
 from torchstack.errors import DataError
 
 PACKAGE = Path(str(importlib.resources.files("torchstack")))
@@ -183,51 +183,6 @@ class Backend(Frozen):
     onednn_kernels: OnednnKernels | None = None
 
 
-class Plugin(Frozen):
-    """A wheel built on torch that the toolkit knows (plugins.yaml): a vendor plugin, or a domain
-    library (`--with`)."""
-
-    name: str
-    vendor: str
-    description: str
-    library: bool = False  # a domain library, installed with --with NAME
-    module: str | None = None
-    versions: tuple[str, ...] = ()
-    torch_pairing: Literal["version-prefix", "table"] | None = None
-    torch_lines: dict[str, str] = {}  # table: each version's torch release line ("2.13")
-    pairing_from: str | None = None  # where the pairing is published
-    compile_backends: tuple[str, ...] = ()
-    devices: tuple[str, ...] = ()
-    requirements: tuple[PinnedPackage, ...] = ()
-    checks: tuple[str, ...] = ()  # files of tests/image/final/ the final checks run in the image
-    on_pypi: bool = True
-
-    @model_validator(mode="after")
-    def _every_version_paired(self) -> Plugin:
-        unpaired = [v for v in self.versions if self.torch_pairing == "table" and v not in self.torch_lines]
-        if unpaired:
-            raise ValueError(f"torch_pairing table: no torch_lines entry for {', '.join(unpaired)}")
-        return self
-
-    @property
-    def import_name(self) -> str:
-        return self.module or self.name.replace("-", "_")
-
-    def version_for(self, torch_version: str) -> str | None:
-        """The pinned version that pairs with `torch_version` (its release, local label dropped)."""
-        return next((v for v in self.versions if self.pairs(v, torch_version)), None)
-
-    def torch_line(self, version: str) -> str | None:
-        """The torch release (line) `version` is built for; None where the pairing does not say."""
-        if self.torch_pairing == "version-prefix":
-            return version.rsplit(".", 1)[0]
-        return self.torch_lines.get(version) if self.torch_pairing == "table" else None
-
-    def pairs(self, version: str, torch_version: str) -> bool:
-        line, release = self.torch_line(version), torch_version.split("+")[0]
-        return line is None or release == line or release.startswith(line + ".")
-
-
 class Stage(Frozen):
     name: str
     parent: str | None = None
@@ -248,6 +203,7 @@ class Catalog(Frozen):
     backends: dict[str, Backend]
     components: dict[str, Component]
     plugins: dict[str, Plugin] = {}
+    torch_releases: dict[str, TorchRelease] = {}  # newest first
     stages: tuple[Stage, ...]
 
     @model_validator(mode="after")
@@ -288,6 +244,12 @@ class Catalog(Frozen):
                 f"backend {backend.name}: library {lib} is in libraries but no component of it ships it (ships:)"
                 for lib in backend.libraries
                 if not any(fnmatch.fnmatchcase(f"{lib}.so", pattern) for pattern in shipped)
+            ]
+        if "torch" in self.components:
+            problems += [
+                f"torch {p.version}: a pinned source of a release torch.yaml lacks"
+                for p in self.components["torch"].versions
+                if p.version not in self.torch_releases
             ]
         stage_names = [s.name for s in self.stages]
         for component in self.components.values():
@@ -359,6 +321,7 @@ def load_catalog(data_dir: Path = DATA, stages_file: Path = ROOT / "stages" / "s
         "backends": data_dir / "backends.yaml",
         "components": data_dir / "components.yaml",
         "plugins": data_dir / "plugins.yaml",
+        "torch_releases": data_dir / "torch.yaml",
         "stages": stages_file,
     }
     raw = {key: _read_yaml(path) for key, path in files.items()}
@@ -371,8 +334,10 @@ def load_catalog(data_dir: Path = DATA, stages_file: Path = ROOT / "stages" / "s
         "backends": (files["backends"], _named(files["backends"], raw["backends"])),
         "components": (files["components"], _named(files["components"], raw["components"])),
         "plugins": (files["plugins"], _named(files["plugins"], raw["plugins"])),
+        "torch_releases": (files["torch_releases"], _named(files["torch_releases"], (raw["torch_releases"] or {}).get("releases"))),
     }
-    models = {"architectures": Architecture, "distributions": Distribution, "backends": Backend, "components": Component, "plugins": Plugin}
+    models = {"architectures": Architecture, "distributions": Distribution, "backends": Backend, "components": Component}
+    models |= {"plugins": Plugin, "torch_releases": TorchRelease}
     values: dict[str, object] = {}
     for key, (path, entries) in sections.items():
         values[key] = {}

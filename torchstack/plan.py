@@ -242,6 +242,7 @@ class Plan:
     host_arch: str
     release: str
     torch_version: str
+    torch_note: str  # which torch release, and why (torch_choice)
     release_tag: str
     repository: str
     build_type: str

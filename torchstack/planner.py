@@ -82,6 +82,7 @@ def make_plan(catalog: Catalog, request: Request) -> Plan:
         host_arch=this_host,
         release=release,
         torch_version=selection.torch_version,
+        torch_note=selection.torch_note,
         release_tag=release_tag,
         repository=repository,
         build_type=selection.stage,
@@ -191,6 +192,7 @@ def _component_plan(
     """One component's part: its version (refused where it cannot be built), its script inputs, what ships."""
     component = catalog.components[name]
     version, source = _buildable_version(component, versions.get(name), selection, method)
+    pins = catalog.torch_releases[selection.torch_version.split("+")[0]].runtime_requirements if name == "torch" else ()
     prefix = prefixes[name]
     compiled = method == "source"
     alternative = component.alternatives.get(method)
@@ -211,6 +213,7 @@ def _component_plan(
         exported={
             k: v for used in component.uses if used in prefixes for k, v in exports_of(catalog.components[used], prefixes[used]).items()
         },
+        runtime_requirements=pins,
     )
     return ComponentPlan(
         name=name,
@@ -228,7 +231,7 @@ def _component_plan(
         ),
         runtime_packages=component.runtime_packages if compiled else (alternative.runtime_packages if alternative else ()),
         build_requirements=component.build_requirements if compiled else (),
-        runtime_requirements=component.runtime_requirements,
+        runtime_requirements=pins,
         unread=component.unread,
         downloads=pip_requirements(inputs),
         ships=_shipped(name, prefix, component.ships) if compiled else (),

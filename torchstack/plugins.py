@@ -21,8 +21,9 @@ from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
+from torchstack.component import Plugin
 from torchstack.errors import UsageProblem
-from torchstack.model import Catalog, Plugin
+from torchstack.model import Catalog
 from torchstack.wheels import local_wheels
 
 # PyTorch's entry point groups: a torch.compile backend (torch/_dynamo/backends/registry.py) and
@@ -116,11 +117,10 @@ def _check_pairing(known: Plugin | None, what: str, version: str, torch_version:
     if known is None or known.pairs(version, torch_version):
         return
     paired = known.version_for(torch_version)
-    hint = f"{known.name}=={paired} pairs with it" if paired else f"no pinned {known.name} pairs with it"
+    hint = f"{known.name}=={paired} pairs with it" if paired else f"no pinned {known.name} pairs with it (pinned: {known.pairings()})"
     how = known.pairing_from or "its versions are <torch version>.<n>"
-    raise UsageProblem(
-        f"plugin {what} is built for torch {known.torch_line(version)} ({how}), and this image's torch is {torch_version}: {hint}"
-    )
+    lines = " or ".join(known.torch_lines_of(version) or ())
+    raise UsageProblem(f"plugin {what} is built for torch {lines} ({how}), and this image's torch is {torch_version}: {hint}")
 
 
 def _entry_points(text: str) -> dict[str, list[str]]:
@@ -317,7 +317,7 @@ def choose(
         version = plugin.version_for(torch_version)
         if version is None:
             raise UsageProblem(
-                f"{why} installs {name}, and none of its pinned versions ({', '.join(plugin.versions)}) pairs with torch "
+                f"{why} installs {name}, and none of its pinned versions ({plugin.pairings()}) pairs with torch "
                 f"{torch_version}{f' ({plugin.pairing_from})' if plugin.pairing_from else ''}; bring one with "
                 "--plugin-wheel FILE|NAME==VERSION, or choose another --torch-version"
             )

@@ -40,6 +40,7 @@ class RecipeInputs:
     builder: str  # docker | buildx (BuildKit keeps a compiler cache across builds)
     wheel_name: str
     exported: dict[str, str]  # the exports of the components it `uses` that the build has
+    runtime_requirements: tuple[str, ...] = ()  # what it pulls in at run time, pinned (torch: its release's, torch.yaml)
 
     @property
     def compiles(self) -> bool:
@@ -68,7 +69,7 @@ def pip_requirements(inputs: RecipeInputs) -> tuple[str, ...]:
     if inputs.compiles:
         installer = (inputs.component.installer,) if inputs.component.installer else ()
         # Its own tests install it, with what it pulls in, beside what they need (tests/image/dev).
-        tests = (*c.test_requirements, *c.runtime_requirements) if (c := inputs.component).own_tests else ()
+        tests = (*inputs.component.test_requirements, *inputs.runtime_requirements) if inputs.component.own_tests else ()
         return (*installer, *inputs.component.build_requirements, *tests)
     alternative = inputs.component.alternatives.get(inputs.method)
     return tuple(r.format(version=inputs.version) for r in alternative.requirements) if alternative else ()

@@ -21,7 +21,7 @@ def format_plan(plan: Plan) -> str:
         + ("" if plan.apt.updates else "  [--no-security-updates]")
         + (f"  [Debian as it was at {plan.apt.snapshot.timestamp}: no fix published since]" if plan.apt.snapshot else ""),
         f"compiler      CFLAGS={plan.cflags}  (GCC {plan.distribution.gcc}, {plan.distribution.name})",
-        f"torch         {plan.torch_version}",
+        f"torch         {plan.torch_version}" + (f"  [{plan.torch_note}]" if plan.torch_note else ""),
         f"jobs          {plan.jobs} (PyTorch MAX_JOBS {plan.torch_jobs})" + (f"  [{plan.jobs_note}]" if plan.jobs_note else ""),
         f"builder       {plan.builder}" + (" (BuildKit: ccache cache mount, CA as a secret)" if plan.builder == "buildx" else ""),
         f"runtime       {plan.runtime}: "

@@ -6,12 +6,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from torchstack import host
+from torchstack import host, torch_choice
+from torchstack.component import TorchRelease
 from torchstack.errors import UsageProblem
 from torchstack.model import Architecture, Backend, Catalog, Distribution, Target, _read_yaml, parse_target
 from torchstack.plan import Request
 from torchstack.plugins import PluginChoice, choose
-from torchstack.wheels import WheelName, WheelSpec, check_contents, pick_from_folder, torch_version_of, wheelhouse_wheels
+from torchstack.wheels import WheelName, WheelSpec, check_contents, pick_from_folder, torch_version_of
 
 BUILD_TYPES = ("base", "libs", "tools", "dev", "final", "full", "pytorch")
 BUILD_TYPE_ALIASES = {"full": "final", "pytorch": "final"}
@@ -37,6 +38,7 @@ class Selection:
     builder: str
     runtime: str
     torch_version: str
+    torch_note: str  # which release, and why
     torch_wheel: WheelSpec | None = None
     torch_wheel_file: Path | None = None
     plugins: tuple[PluginChoice, ...] = ()
@@ -141,13 +143,14 @@ def select(catalog: Catalog, request: Request, host_arch: str) -> Selection:
         )
     target, target_note = _resolve_target(catalog, request, arch_name, host_arch)
     methods = default_methods(catalog, backend, request.methods)
-    distribution, distribution_note = _resolve_distribution(catalog, request, arch_name, methods)
+    if request.torch_wheel is not None and methods.get("torch") != "wheel":
+        raise UsageProblem("--torch-wheel needs --torch-from wheel")
+    torch = _torch(catalog, request, backend, arch_name, methods)
+    distribution, distribution_note = torch.distribution, torch.distribution_note
     problem = refusal(catalog, backend, arch_name, target, distribution, methods)
     if problem:
         raise UsageProblem(problem)
-    if request.torch_wheel is not None and methods.get("torch") != "wheel":
-        raise UsageProblem("--torch-wheel needs --torch-from wheel")
-    wheel_spec, wheel_file, torch_version = _torch_origin(catalog, request, backend, arch_name, distribution)
+    wheel_spec, wheel_file, torch_version = _torch_origin(catalog, request, backend, arch_name, distribution, torch.release)
     stage = BUILD_TYPE_ALIASES.get(request.build_type, request.build_type)
     plugins = ()
     if stage == "final":
@@ -171,6 +174,7 @@ def select(catalog: Catalog, request: Request, host_arch: str) -> Selection:
         builder=request.builder,
         runtime=request.runtime,
         torch_version=torch_version,
+        torch_note=torch.note,
         torch_wheel=wheel_spec,
         torch_wheel_file=wheel_file,
         plugins=plugins,
@@ -244,20 +248,42 @@ def _resolve_target(catalog: Catalog, request: Request, arch: str, host_arch: st
     return target, note
 
 
-def _resolve_distribution(catalog: Catalog, request: Request, arch: str, methods: dict[str, str]) -> tuple[Distribution, str]:
-    """The --distribution given; else, for a torch wheel whose name is known (a file, a folder's
-    wheels, a URL), the newest Debian release whose Python it is built for; else the newest release."""
+def _distributions(catalog: Catalog, request: Request) -> list[Distribution]:
+    """The Debian releases an image may be built on, newest first: the --distribution given, else every one."""
     if request.distribution:
         if request.distribution not in catalog.distributions:
             raise _fail_choice("--distribution", request.distribution, sorted(catalog.distributions))
-        chosen = catalog.distributions[request.distribution]
-        return chosen, f"{chosen.name} (Python {chosen.python}): --distribution"
-    newest = sorted(catalog.distributions.values(), key=lambda d: d.released, reverse=True)
+        return [catalog.distributions[request.distribution]]
+    return sorted(catalog.distributions.values(), key=lambda d: d.released, reverse=True)
+
+
+def _torch(catalog: Catalog, request: Request, backend: Backend, arch: str, methods: dict[str, str]) -> torch_choice.Choice:
+    """The torch release and the Debian release the image gets, with why: from an index, the newest
+    catalogued release it offers; from a wheel named, that wheel's; compiled here, the newest pinned source."""
+    dists = _distributions(catalog, request)
+    spec = WheelSpec.parse(request.torch_wheel) if methods.get("torch") == "wheel" else None
+    if spec is not None and spec.kind == "index":
+        index = spec.where or catalog.components["torch"].alternatives["wheel"].index
+        named = tuple(p for p in (*backend.plugins, *request.libraries) if p in catalog.plugins)
+        return torch_choice.choose(catalog, arch, index, dists, request.torch_version, named)
+    distribution, distribution_note = _resolve_distribution(catalog, request, arch, dists)
+    if spec is not None:
+        return torch_choice.Choice(None, distribution, "the wheel --torch-wheel names", distribution_note)
+    version = request.torch_version or catalog.components["torch"].default_version
+    why = "--torch-version" if request.torch_version else "the newest release with a pinned source (torch compiled here)"
+    return torch_choice.Choice(torch_choice.catalogued(catalog, version), distribution, why, distribution_note)
+
+
+def _resolve_distribution(catalog: Catalog, request: Request, arch: str, dists: list[Distribution]) -> tuple[Distribution, str]:
+    """The --distribution given; else, for a torch wheel whose name is known (a file, a folder's
+    wheels, a URL), the newest Debian release whose Python it is built for; else the newest release."""
+    if request.distribution:
+        return dists[0], f"{dists[0].name} (Python {dists[0].python}): --distribution"
+    newest = dists
     default = catalog.distributions[catalog.default_distribution]
-    names = _wheel_names(request) if methods.get("torch") == "wheel" else None
+    names = _wheel_names(request) if request.methods.get("torch") == "wheel" else None
     if names is None:
-        why = "a wheel of its Python from the index" if methods.get("torch") == "wheel" else "torch compiled here"
-        return default, f"{default.name} (Python {default.python}): the default Debian release ({why})"
+        return default, f"{default.name} (Python {default.python}): the default Debian release (torch compiled here)"
     for distribution in newest:
         fitting = [
             n
@@ -275,11 +301,8 @@ def _resolve_distribution(catalog: Catalog, request: Request, arch: str, methods
 
 
 def _wheel_names(request: Request) -> list[WheelName] | None:
-    """The names of the torch wheels --torch-wheel offers, where they are known before a download:
-    for an index, those of the local wheelhouse pip takes first, if it has any."""
+    """The names of the torch wheels a file, a folder or a URL --torch-wheel names offers."""
     spec = WheelSpec.parse(request.torch_wheel)
-    if spec.kind == "index":
-        return list(wheelhouse_wheels()) or None
     if spec.kind == "file":
         return [WheelName.parse(Path(spec.where).name)]
     if spec.kind == "url":
@@ -290,17 +313,17 @@ def _wheel_names(request: Request) -> list[WheelName] | None:
 
 
 def _torch_origin(
-    catalog: Catalog, request: Request, backend: Backend, arch_name: str, distribution: Distribution
+    catalog: Catalog, request: Request, backend: Backend, arch_name: str, distribution: Distribution, release: TorchRelease | None
 ) -> tuple[WheelSpec | None, Path | None, str]:
-    """Where torch comes from, and so the version in the tag: its pinned source or a wheel."""
-    pinned_torch = catalog.components["torch"].default_version
-    if request.methods.get("torch", "source") != "wheel":
-        return None, None, request.torch_version or pinned_torch
+    """Where torch comes from, and so the version in the tag: its pinned source, an index, or a wheel
+    named (whose release the catalog must know)."""
+    if release is not None:  # compiled here, or from an index
+        return (None if request.methods.get("torch", "source") != "wheel" else WheelSpec.parse(request.torch_wheel)), None, release.name
     wheel_spec = WheelSpec.parse(request.torch_wheel)
     if wheel_spec.kind == "url":
-        return wheel_spec, None, WheelName.parse(wheel_spec.where.rsplit("/", 1)[-1].split("#")[0]).version
-    if wheel_spec.kind == "index":
-        return wheel_spec, None, request.torch_version or pinned_torch
+        version = WheelName.parse(wheel_spec.where.rsplit("/", 1)[-1].split("#")[0]).version
+        torch_choice.catalogued(catalog, version)
+        return wheel_spec, None, version
     if wheel_spec.kind == "file":
         wheel_file = Path(wheel_spec.where)
     else:
@@ -311,4 +334,5 @@ def _torch_origin(
     if request.torch_version and name.version.split("+")[0] != request.torch_version.split("+")[0]:
         raise UsageProblem(f"--torch-version {request.torch_version} but {wheel_file.name} is torch {name.version}")
     check_contents(wheel_file, backend.name, backend.wheel_markers, catalog.components["torch"].wheel_excludes)
+    torch_choice.catalogued(catalog, name.version)
     return wheel_spec, wheel_file, torch_version_of(wheel_file)

@@ -76,9 +76,9 @@ def test_a_missing_data_file_is_named(data_copy):
 
 
 def test_an_unpinned_python_package_is_refused(data_copy):
-    text = (data_copy / "components.yaml").read_text().replace('"sympy==1.14.0"', '"sympy>=1.13"')
-    (data_copy / "components.yaml").write_text(text)
-    with pytest.raises(DataError, match=r"components.yaml: torch\.runtime_requirements\.7: String should match"):
+    text = (data_copy / "torch.yaml").read_text().replace('"sympy==1.14.0"', '"sympy>=1.13"', 1)
+    (data_copy / "torch.yaml").write_text(text)
+    with pytest.raises(DataError, match=r"torch.yaml: 2\.15\.0\.runtime_requirements\.7: String should match"):
         load(data_copy)
 
 

@@ -6,7 +6,9 @@ from torchstack import layout
 
 
 def test_an_onednn_image_runs_the_linalg_mkldnn_and_transformer_tests_offline(catalog):
-    commands = own_tests_commands(catalog.components["torch"], mkldnn=True, tree="/opt/torchstack/src/pytorch")
+    commands = own_tests_commands(
+        catalog.components["torch"], catalog.torch_releases["2.13.0"].runtime_requirements, mkldnn=True, tree="/opt/torchstack/src/pytorch"
+    )
     install, *runs = commands
     assert install.startswith(
         f"{layout.VENV}/bin/pip install --quiet --no-index --find-links {layout.DOWNLOADS_DIR} "
@@ -22,7 +24,7 @@ def test_an_onednn_image_runs_the_linalg_mkldnn_and_transformer_tests_offline(ca
 
 
 def test_an_openblas_image_has_no_mkldnn_to_test(catalog):
-    runs = own_tests_commands(catalog.components["torch"], mkldnn=False, tree="/t")[1:]
+    runs = own_tests_commands(catalog.components["torch"], (), mkldnn=False, tree="/t")[1:]
     assert not any("test_mkldnn.py" in r for r in runs) and len(runs) == 2
 
 

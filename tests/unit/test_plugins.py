@@ -80,8 +80,9 @@ def test_zentorch_pairs_with_torch_by_its_version(plan_for, catalog):
     assert {"deprecated==1.3.1", "wrapt==2.5.2", "safetensors==0.8.0"} <= set(plan.payload.python_constraints)
     with pytest.raises(UsageProblem, match=r"zentorch==2.12.0.1 is built for torch 2.12.0 .*zentorch==2.13.0.2 pairs"):
         plan_for(arch="x86_64", plugin_wheels=("zentorch==2.12.0.1",))
-    with pytest.raises(UsageProblem, match="none of its pinned versions .* pairs with torch 2.12.0"):
-        plan_for(backend="zendnn", arch="x86_64", methods={"torch": "wheel"}, torch_version="2.12.0")
+    pairs = r"\(2.14.0.1 for torch 2.14.0, 2.13.0.2 for torch 2.13.0\) pairs with torch 2.15.0"
+    with pytest.raises(UsageProblem, match=f"^backend zendnn installs zentorch, and none of its pinned versions {pairs}"):
+        plan_for(backend="zendnn", arch="x86_64", methods={"torch": "wheel"}, torch_version="2.15.0")
     with pytest.raises(UsageProblem, match="torch_nnpa is not on a package index"):
         plan_for(arch="x86_64", plugin_wheels=("torch_nnpa==1.0.0",))
 
@@ -157,17 +158,14 @@ def test_a_wheel_built_against_a_cpu_torch_fits(catalog, plan_for, tmp_path):
 
 
 def test_with_torchvision_takes_the_version_paired_with_the_images_torch(plan_for):
-    plan = plan_for(methods={"torch": "wheel"}, libraries=("torchvision",))
+    plan = plan_for(methods={"torch": "wheel"}, torch_version="2.13.0", libraries=("torchvision",))
     assert [(p.requirement, p.why) for p in plan.plugins] == [("torchvision==0.28.0", "--with")]
     assert plan.release_tag.endswith("-torch.wheel-torchvision-0.28.0") and "pillow==13.0.0" in plan.payload.python_constraints
     old = plan_for(arch="aarch64", methods={"torch": "wheel"}, torch_version="2.8.0", libraries=("torchvision",))
     assert [p.requirement for p in old.plugins] == ["torchvision==0.23.0"]
-    new = plan_for(methods={"torch": "wheel"}, torch_version="2.14.0", libraries=("torchvision",))
-    assert [p.requirement for p in new.plugins] == ["torchvision==0.29.0"] and new.torch_version == "2.14.0"
-    with pytest.raises(
-        UsageProblem, match=r"none of its pinned versions \(0.29.0, 0.28.0, 0.23.0\) pairs with torch 2.12.0 \(torchvision's"
-    ):
-        plan_for(methods={"torch": "wheel"}, torch_version="2.12.0", libraries=("torchvision",))
+    for release in ("2.14.0", "2.15.0"):  # 0.29.2: built on torch's stable ABI, for torch>=2.14.0
+        new = plan_for(methods={"torch": "wheel"}, torch_version=release, libraries=("torchvision",))
+        assert [p.requirement for p in new.plugins] == ["torchvision==0.29.2"] and new.torch_version == release
     with pytest.raises(UsageProblem, match="not one compiled here, .* use --torch-from wheel"):
         plan_for(libraries=("torchvision",))
     with pytest.raises(UsageProblem, match="--with installs into the final image; --build-type dev stops before it"):
@@ -190,7 +188,7 @@ def test_a_torchvision_wheel_for_another_torch_is_refused_by_the_pairing_table(p
         match=r"torchvision 0.23.0 is built for torch 2.8 \(torchvision's compatibility table.*"
         r"torchvision==0.28.0 pairs with it",
     ):
-        plan_for(methods={"torch": "wheel"}, distribution="bookworm", plugin_wheels=(str(wheel),))
+        plan_for(methods={"torch": "wheel"}, torch_version="2.13.0", distribution="bookworm", plugin_wheels=(str(wheel),))
 
 
 def test_a_plugin_named_by_version_is_fetched_before_the_plan_that_builds_it(catalog, plugin_wheels, monkeypatch, tmp_path):

@@ -9,7 +9,8 @@ from torchstack.metadata import stage_labels
 from torchstack.plan import RELEASE_STAGE
 
 LOWER = ("base", "libs", "tools", "dev")
-X86_WHEEL = {"methods": {"torch": "wheel", "openblas": "distro"}, "torch_wheel": "index"}
+# A torch both backends take (no zentorch pairs with 2.15.0: zendnn's default is older than onednn's).
+X86_WHEEL = {"methods": {"torch": "wheel", "openblas": "distro"}, "torch_wheel": "index", "torch_version": "2.14.0"}
 
 
 def images(plan) -> dict[str, str]:

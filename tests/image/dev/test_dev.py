@@ -10,13 +10,13 @@ from torchstack import layout
 TEST_DEPS = "/tmp/torchstack-own-tests"  # the checks' own folder: the packages PyTorch's tests need
 
 
-def own_tests_commands(component, mkldnn: bool, tree: str) -> list[str]:
-    """Install the wheel the dev stage built, what it pulls in and what the tests need (offline,
+def own_tests_commands(component, pins: tuple[str, ...], mkldnn: bool, tree: str) -> list[str]:
+    """Install the wheel the dev stage built, what it pulls in (`pins`: its release's, torch.yaml) and what the tests need (offline,
     from what the dev stage downloaded) into a folder of their own, then one pytest run per chosen
     test file, from the source tree's test folder."""
     wanted = [
         f"{layout.WHEELS_DIR}/torch-*.whl",
-        *(shlex.quote(r) for r in (*component.runtime_requirements, *component.test_requirements)),
+        *(shlex.quote(r) for r in (*pins, *component.test_requirements)),
     ]
     install = (
         f"{layout.VENV}/bin/pip install --quiet --no-index --find-links {layout.DOWNLOADS_DIR} --target {TEST_DEPS} {' '.join(wanted)}"
@@ -33,7 +33,8 @@ def test_pytorchs_own_tests_pass_against_the_torch_compiled_here(user_host, pyth
     if ours.get("components", {}).get("torch", {}).get("method") != "source":
         pytest.skip("torch comes from a prebuilt wheel: upstream ran its tests")
     mkldnn = python("import torch; print(torch.backends.mkldnn.is_available())").strip() == "True"
-    commands = own_tests_commands(catalog.components["torch"], mkldnn, f"{layout.SOURCE_TREES_DIR}/pytorch")
+    pins = catalog.torch_releases[ours["torch_version"].split("+")[0]].runtime_requirements
+    commands = own_tests_commands(catalog.components["torch"], pins, mkldnn, f"{layout.SOURCE_TREES_DIR}/pytorch")
     for command in commands:
         result = user_host.run(command)
         assert result.rc == 0, f"{command}\n{result.stdout[-3000:]}{result.stderr[-2000:]}"

@@ -288,7 +288,7 @@ def test_debian_openblas_is_the_openmp_build(host, ours):
 
 def test_what_torch_pulls_in_is_pinned(python, ours):
     """torch's requirements and theirs, as the image's own metadata lists them, are each at the pin
-    the build gave pip (components.yaml: torch.runtime_requirements)."""
+    the build gave pip (torch.yaml: each release's runtime_requirements)."""
     if "python_constraints" not in ours:
         pytest.skip("this build recorded no Python constraints")
     found = json.loads(python(DISTRIBUTIONS))
