@@ -317,8 +317,9 @@ def _torch_origin(
 ) -> tuple[WheelSpec | None, Path | None, str]:
     """Where torch comes from, and so the version in the tag: its pinned source, an index, or a wheel
     named (whose release the catalog must know)."""
-    if release is not None:  # compiled here, or from an index
-        return (None if request.methods.get("torch", "source") != "wheel" else WheelSpec.parse(request.torch_wheel)), None, release.name
+    if release is not None:  # compiled here, or from an index: the version as asked (2.13.0+cpu stays so)
+        spec = WheelSpec.parse(request.torch_wheel) if request.methods.get("torch", "source") == "wheel" else None
+        return spec, None, request.torch_version or release.name
     wheel_spec = WheelSpec.parse(request.torch_wheel)
     if wheel_spec.kind == "url":
         version = WheelName.parse(wheel_spec.where.rsplit("/", 1)[-1].split("#")[0]).version
