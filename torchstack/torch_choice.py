@@ -105,35 +105,43 @@ def choose(catalog: Catalog, arch: str, index: str, dists: list[Distribution], a
     """The release to install from the wheelhouse or `index`, with the Debian release (of `dists`, newest first) its wheel fits."""
     found = offers(index)
     candidates = [catalogued(catalog, asked)] if asked else _newest_first(catalog)
-    passed: list[str] = []
+    passed: list[tuple[str, str]] = []  # (release, why it was passed over)
     unoffered: list[str] = []
     for release in candidates:
         if not asked and (missing := unpaired(catalog, release.name, plugins)):
-            passed.append(f"no pinned {', '.join(missing)} pairs with {release.name}")
+            passed.append((release.name, f"no pinned {', '.join(missing)} pairs with {release.name}"))
             continue
         for dist in dists:
             where = [o.where for o in found if o.has(release.name, arch, dist.python)]
             if where:
                 py = f"cp{dist.python.replace('.', '')}"
                 why = "--torch-version" if asked else "the newest catalogued release with a CPU wheel offered"
+                said = [text for _, text in passed]
                 if unoffered:
-                    passed.append(f"newer {', '.join(unoffered)}: no {arch} wheel for Python {' or '.join(d.python for d in dists)}")
-                passed += [f"{o.where} {o.failed}" for o in found if o.failed and o.where != WHEELHOUSE]
-                note = f"{why}: {' and '.join(where)} offers it for {arch} {py}" + "".join(f"; {p}" for p in passed)
+                    said.append(f"newer {', '.join(unoffered)}: no {arch} wheel for Python {' or '.join(d.python for d in dists)}")
+                said += [f"{o.where} {o.failed}" for o in found if o.failed and o.where != WHEELHOUSE]
+                note = f"{why}: {' and '.join(where)} offers it for {arch} {py}" + "".join(f"; {p}" for p in said)
                 return Choice(release, dist, note + _uncatalogued(catalog, found, arch), _dist_note(dist, dists, py))
         unoffered.append(release.name)
     return _fallback(catalog, found, dists, asked, plugins, passed)
 
 
 def _fallback(
-    catalog: Catalog, found: tuple[Offer, ...], dists: list[Distribution], asked: str | None, plugins: tuple[str, ...], passed: list[str]
+    catalog: Catalog,
+    found: tuple[Offer, ...],
+    dists: list[Distribution],
+    asked: str | None,
+    plugins: tuple[str, ...],
+    passed: list[tuple[str, str]],
 ) -> Choice:
     """Nothing offered fits: the asked release, else the newest paired one, on the newest Debian release it has wheels for."""
-    release = catalogued(catalog, asked) if asked else next(r for r in _newest_first(catalog) if not unpaired(catalog, r.name, plugins))
+    newest = _newest_first(catalog)
+    release = catalogued(catalog, asked) if asked else next((r for r in newest if not unpaired(catalog, r.name, plugins)), newest[0])
     dist = next((d for d in dists if release.has_wheel_for(d.python)), dists[0])
     tried = "; ".join(f"{o.where} {o.failed or 'offers no catalogued release for this image'}" for o in found)
     why = "--torch-version" if asked else "the newest catalogued release" + (f" {', '.join(plugins)} pairs with" if plugins else "")
     note = f"{why}; no index offered one for this image ({tried}): the build asks them again, and stops if none has it"
+    note += "".join(f"; {text}" for name, text in passed if Version(name) > Version(release.name))
     return Choice(release, dist, note, _dist_note(dist, dists, f"cp{dist.python.replace('.', '')}", offered=False))
 
 

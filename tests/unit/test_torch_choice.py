@@ -109,6 +109,9 @@ def test_no_index_answering_says_what_was_tried_and_what_it_fell_back_to(plan_fo
     assert (plan.torch_version, plan.distribution.name) == ("2.15.0", "trixie")
     assert plan.torch_note.startswith("the newest catalogued release; no index offered one for this image (a local wheelhouse")
     assert f"pip's find-links) holds no torch wheel; {url} answered HTTP 404 Not Found)" in plan.torch_note
+    zendnn = from_index(plan_for, url, backend="zendnn")  # the newest release a zentorch pairs with
+    assert zendnn.torch_version == "2.14.0" and zendnn.torch_note.startswith("the newest catalogued release zentorch pairs with; ")
+    assert zendnn.torch_note.endswith("; no pinned zentorch pairs with 2.15.0; no pinned zentorch pairs with 2.14.1")
 
 
 def test_a_release_the_catalog_lacks_is_refused_in_one_line_before_any_work():
