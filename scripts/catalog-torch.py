@@ -207,9 +207,9 @@ def main() -> int:
         print(f"catalog-torch: {exc}", file=sys.stderr)
         return 1
     print(text, end="")
-    if args.write:
-        with RELEASES.open("a") as file:
-            file.write(text)
+    if args.write:  # newest first: right under `releases:`
+        head, tail = RELEASES.read_text().split("\nreleases:\n", 1)
+        RELEASES.write_text(f"{head}\nreleases:\n{text}{tail}")
         print(f"catalog-torch: added torch {args.version} to {RELEASES.relative_to(ROOT)}", file=sys.stderr)
     return 0
 
