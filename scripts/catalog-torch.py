@@ -131,11 +131,9 @@ def requires_dist(text: str) -> tuple[list[str], list[str]]:
 
 def resolve(requirements: list[str], python: str, pypi: str) -> list[str]:
     """NAME==VERSION for every package `requirements` pull in, as pip resolves them for Linux `python`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    env["PIP_CONFIG_FILE"] = os.devnull  # this resolution, not a host's constraints or wheelhouse
-    env["PIP_CERT"] = os.environ.get("PIP_CERT", "")
-    if not env["PIP_CERT"]:
-        del env["PIP_CERT"]
+    # This resolution, not a host's constraints or wheelhouse: none of pip's settings but its CA bundle.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") or k == "PIP_CERT"}
+    env["PIP_CONFIG_FILE"] = os.devnull
     with tempfile.TemporaryDirectory() as target:
         command = [
             *(sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed", "--only-binary=:all:"),

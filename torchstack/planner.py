@@ -6,7 +6,7 @@ import dataclasses
 import shlex
 from datetime import datetime, timezone
 
-from torchstack import host, reproducible, tags
+from torchstack import host, reproducible, tags, torch_choice
 from torchstack.errors import UsageProblem
 from torchstack.metadata import stage_image, tag_variants, toolkit_revision
 from torchstack.model import Catalog, Distribution, Stage
@@ -192,7 +192,7 @@ def _component_plan(
     """One component's part: its version (refused where it cannot be built), its script inputs, what ships."""
     component = catalog.components[name]
     version, source = _buildable_version(component, versions.get(name), selection, method)
-    pins = catalog.torch_releases[selection.torch_version.split("+")[0]].runtime_requirements if name == "torch" else ()
+    pins = torch_choice.catalogued(catalog, selection.torch_version).runtime_requirements if name == "torch" else ()
     prefix = prefixes[name]
     compiled = method == "source"
     alternative = component.alternatives.get(method)

@@ -278,13 +278,12 @@ def _resolve_distribution(catalog: Catalog, request: Request, arch: str, dists: 
     """The --distribution given; else, for a torch wheel whose name is known (a file, a folder's
     wheels, a URL), the newest Debian release whose Python it is built for; else the newest release."""
     if request.distribution:
-        return dists[0], f"{dists[0].name} (Python {dists[0].python}): --distribution"
-    newest = dists
+        return dists[0], torch_choice.distribution_note(dists[0], dists, "")
     default = catalog.distributions[catalog.default_distribution]
     names = _wheel_names(request) if request.methods.get("torch") == "wheel" else None
     if names is None:
         return default, f"{default.name} (Python {default.python}): the default Debian release (torch compiled here)"
-    for distribution in newest:
+    for distribution in dists:
         fitting = [
             n
             for n in names
@@ -292,11 +291,7 @@ def _resolve_distribution(catalog: Catalog, request: Request, arch: str, dists: 
             and (request.torch_version is None or n.version.split("+")[0] == request.torch_version.split("+")[0])
         ]
         if fitting:
-            newer = [f"{d.name} has Python {d.python}" for d in newest[: newest.index(distribution)]]
-            return distribution, (
-                f"{distribution.name} (Python {distribution.python}): the newest Debian release whose "
-                f"Python the torch wheel is for ({fitting[0].python}" + "".join(f"; {n}" for n in newer) + ")"
-            )
+            return distribution, torch_choice.distribution_note(distribution, dists, fitting[0].python)
     return default, f"{default.name} (Python {default.python}): the default Debian release"
 
 

@@ -121,7 +121,7 @@ def choose(catalog: Catalog, arch: str, index: str, dists: list[Distribution], a
                     said.append(f"newer {', '.join(unoffered)}: no {arch} wheel for Python {' or '.join(d.python for d in dists)}")
                 said += [f"{o.where} {o.failed}" for o in found if o.failed and o.where != WHEELHOUSE]
                 note = f"{why}: {' and '.join(where)} offers it for {arch} {py}" + "".join(f"; {p}" for p in said)
-                return Choice(release, dist, note + _uncatalogued(catalog, found, arch), _dist_note(dist, dists, py))
+                return Choice(release, dist, note + _uncatalogued(catalog, found, arch), distribution_note(dist, dists, py))
         unoffered.append(release.name)
     return _fallback(catalog, found, dists, asked, plugins, passed)
 
@@ -142,7 +142,7 @@ def _fallback(
     why = "--torch-version" if asked else "the newest catalogued release" + (f" {', '.join(plugins)} pairs with" if plugins else "")
     note = f"{why}; no index offered one for this image ({tried}): the build asks them again, and stops if none has it"
     note += "".join(f"; {text}" for name, text in passed if Version(name) > Version(release.name))
-    return Choice(release, dist, note, _dist_note(dist, dists, f"cp{dist.python.replace('.', '')}", offered=False))
+    return Choice(release, dist, note, distribution_note(dist, dists, f"cp{dist.python.replace('.', '')}", offered=False))
 
 
 def _uncatalogued(catalog: Catalog, found: tuple[Offer, ...], arch: str) -> str:
@@ -161,7 +161,8 @@ def _uncatalogued(catalog: Catalog, found: tuple[Offer, ...], arch: str) -> str:
     return f"; offered but not yet catalogued: {listed}" if newer else ""
 
 
-def _dist_note(dist: Distribution, dists: list[Distribution], py: str, offered: bool = True) -> str:
+def distribution_note(dist: Distribution, dists: list[Distribution], py: str, offered: bool = True) -> str:
+    """Why `dist` of `dists` (newest first): --distribution, else the newest whose Python the wheel (`py`, cp313) is for."""
     if len(dists) == 1:
         return f"{dist.name} (Python {dist.python}): --distribution"
     newer = "".join(f"; {d.name} has Python {d.python}" for d in dists[: dists.index(dist)])

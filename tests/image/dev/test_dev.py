@@ -5,7 +5,7 @@ import shlex
 
 import pytest
 
-from torchstack import layout
+from torchstack import layout, torch_choice
 
 TEST_DEPS = "/tmp/torchstack-own-tests"  # the checks' own folder: the packages PyTorch's tests need
 
@@ -33,7 +33,7 @@ def test_pytorchs_own_tests_pass_against_the_torch_compiled_here(user_host, pyth
     if ours.get("components", {}).get("torch", {}).get("method") != "source":
         pytest.skip("torch comes from a prebuilt wheel: upstream ran its tests")
     mkldnn = python("import torch; print(torch.backends.mkldnn.is_available())").strip() == "True"
-    pins = catalog.torch_releases[ours["torch_version"].split("+")[0]].runtime_requirements
+    pins = torch_choice.catalogued(catalog, ours["torch_version"]).runtime_requirements
     commands = own_tests_commands(catalog.components["torch"], pins, mkldnn, f"{layout.SOURCE_TREES_DIR}/pytorch")
     for command in commands:
         result = user_host.run(command)
