@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import functools
 import html
 import os
@@ -48,11 +49,24 @@ def _release(version: str) -> str:
     return version.split("+")[0]
 
 
+def without_login(index: str) -> str:
+    """The index's URL as messages show it: a login in it (https://USER:TOKEN@host/..., as pip takes one) left out."""
+    parts = urllib.parse.urlsplit(index)
+    if parts.username is None and parts.password is None:
+        return index
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
 def listing(index: str) -> tuple[WheelName, ...]:
     """The torch wheels a PEP 503 simple index lists (its page for torch); raises OSError when it does not answer."""
-    url = index.rstrip("/") + "/torch/"
+    url = without_login(index).rstrip("/") + "/torch/"
     context = ssl.create_default_context(cafile=os.environ.get("PIP_CERT") or None) if url.startswith("https:") else None
-    request = urllib.request.Request(url, headers={"Accept": "text/html", "User-Agent": "torchstack"})
+    headers = {"Accept": "text/html", "User-Agent": "torchstack"}
+    parts = urllib.parse.urlsplit(index)
+    if parts.username is not None:  # a login in the URL, as pip reads it: sent as Basic auth, never shown
+        login = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+        headers["Authorization"] = "Basic " + base64.b64encode(login.encode()).decode()
+    request = urllib.request.Request(url, headers=headers)
     with urllib.request.urlopen(request, timeout=LISTING_TIMEOUT_S, context=context) as response:
         page = response.read().decode("utf-8", "replace")
     names = {urllib.parse.unquote(html.unescape(h).split("#")[0].rsplit("/", 1)[-1]) for h in re.findall(r'href="([^"]+)"', page)}
@@ -70,13 +84,14 @@ def offers(index: str) -> tuple[Offer, ...]:
     """What the wheelhouse and then `index` offer, each asked once per run."""
     local = wheelhouse_wheels()
     found = [Offer(WHEELHOUSE, local, None if local else "holds no torch wheel")]
+    shown = without_login(index)
     try:
-        found.append(Offer(index, listing(index)))
+        found.append(Offer(shown, listing(index)))
     except urllib.error.HTTPError as exc:
-        found.append(Offer(index, (), f"answered HTTP {exc.code} {exc.reason}"))
+        found.append(Offer(shown, (), f"answered HTTP {exc.code} {exc.reason}"))
     except (OSError, ValueError) as exc:
         reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-        found.append(Offer(index, (), f"did not answer: {reason}"))
+        found.append(Offer(shown, (), f"did not answer: {reason}"))
     return tuple(found)
 
 

@@ -3,6 +3,7 @@ said with why, read from a PEP 503 listing served on loopback (names only: no wh
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -25,9 +26,11 @@ def wheel(version: str, python: str, arch: str = "x86_64") -> str:
 def index():
     """A simple index on loopback whose torch page lists the names given to `serve`; its URL."""
     listed: list[str] = []
+    asked: list[str | None] = []  # each request's Authorization header
 
     class Listing(BaseHTTPRequestHandler):
         def do_GET(self):
+            asked.append(self.headers.get("Authorization"))
             if self.path != "/simple/torch/":
                 self.send_error(404)
                 return
@@ -48,6 +51,8 @@ def index():
     def serve(*names: str) -> str:
         listed[:] = names
         return f"http://127.0.0.1:{server.server_address[1]}/simple"
+
+    serve.asked = asked
 
     yield serve
     server.shutdown()
@@ -83,6 +88,14 @@ def test_a_newer_release_the_catalog_lacks_is_named_and_not_taken(plan_for, inde
     assert plan.torch_note.endswith(f"; offered but not yet catalogued: 2.16.0 ({url})")
     older = from_index(plan_for, url, torch_version="2.15.0")  # asked for: still named
     assert older.torch_note.startswith(f"--torch-version: {url} offers it for x86_64 cp313") and "2.16.0 (" in older.torch_note
+
+
+def test_a_login_in_the_index_url_is_sent_as_pip_sends_it_and_never_shown(plan_for, index):
+    url = index(wheel("2.15.0+cpu", "313"))
+    private = url.replace("http://", "http://ci-bot:s3cr%40t@")
+    plan = from_index(plan_for, private)
+    assert plan.torch_version == "2.15.0" and index.asked[-1] == "Basic " + base64.b64encode(b"ci-bot:s3cr@t").decode()
+    assert f"{url} offers it" in plan.torch_note and "s3cr" not in plan.torch_note and "ci-bot" not in plan.torch_note
 
 
 def test_a_backends_plugin_holds_the_default_to_a_release_it_pairs_with(plan_for, index):
