@@ -5,7 +5,7 @@
 
 IMAGE (the README's release image: a final image built natively, which bakes examples/warm.py's
 model) goes to a registry on loopback (Debian's docker-registry) as the engine pushes it (gzip), and
-its SOCI index is made and pushed as `./build.py --push --lazy soci` does (torchstack/lazy.py). Each
+its SOCI index is made and pushed as `./build.py --push --lazy soci` does (torchstack/publishing/lazy.py). Each
 round then starts, in turn, two empty nodes (containerd 2 with SOCI's snapshotter, on sockets and
 roots of their own: tests/engine/lazy_node.py) and times, from the request to the answer:
 
@@ -33,8 +33,8 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.run import emit, recorded  # noqa: E402
 from tests.engine.hosts import running_registry  # noqa: E402
 from tests.engine.lazy_node import lazy_node  # noqa: E402
-from torchstack import lazy  # noqa: E402
-from torchstack import registry as registry_api  # noqa: E402
+from torchstack.publishing import lazy  # noqa: E402
+from torchstack.registries import registry as registry_api  # noqa: E402
 
 GOALS = {"lazy_s": 8.0, "ratio": 0.5}
 EXAMPLE = "/opt/torchstack/examples/warm.py"

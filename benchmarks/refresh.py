@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.run import README_ARGS, cpu_model, throwaway_images, toolkit  # noqa: E402
 from tests.local_archive import LocalArchive, debian_suites, published_deb, rebuilt  # noqa: E402
-from torchstack import archive  # noqa: E402
-from torchstack.connection import choose, connect  # noqa: E402
+from torchstack.build import archive  # noqa: E402
+from torchstack.engines.connection import choose, connect  # noqa: E402
 
 GOAL = 0.3
 PACKAGE = "tzdata"

@@ -44,13 +44,13 @@ import docker
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from torchstack.matrix import jobs  # noqa: E402
-from torchstack.metadata import stage_labels  # noqa: E402
-from torchstack.model import load_catalog  # noqa: E402
-from torchstack.plan import Request  # noqa: E402
-from torchstack.planner import make_plan  # noqa: E402
-from torchstack.render import BuildSecrets, assemble_context, render_dockerfile  # noqa: E402
-from torchstack.sources import cached_sources  # noqa: E402
+from torchstack.build.render import BuildSecrets, assemble_context, render_dockerfile  # noqa: E402
+from torchstack.build.sources import cached_sources  # noqa: E402
+from torchstack.catalog.model import load_catalog  # noqa: E402
+from torchstack.request.matrix import jobs  # noqa: E402
+from torchstack.request.metadata import stage_labels  # noqa: E402
+from torchstack.request.plan import Request  # noqa: E402
+from torchstack.request.planner import make_plan  # noqa: E402
 
 # The README's first command, as a newcomer runs it.
 README_ARGS = ["--torch-from", "wheel", "--openblas-from", "distro"]

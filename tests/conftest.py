@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from tests import session as tests_session
-from torchstack.model import load_catalog
-from torchstack.plan import Request
-from torchstack.planner import make_plan
+from torchstack.catalog.model import load_catalog
+from torchstack.request.plan import Request
+from torchstack.request.planner import make_plan
 
 NOW = datetime(2026, 11, 21, tzinfo=timezone.utc)
 

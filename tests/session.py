@@ -3,7 +3,7 @@
 A build host is shared: other builds, and other test sessions, run beside this one. The session
 therefore judges only what it made itself:
 - its own temporary root (TMPDIR for the session and every process it starts), and the mounts in it;
-- the containers that carry an owner label (torchstack.sharing) of the session: its own, or one of
+- the containers that carry an owner label (torchstack.base.sharing) of the session: its own, or one of
   the build.py runs it started (`popen` records each);
 - the image names that hold one of its tokens (its id, in every tag the tests make; the addresses of
   its loopback registries);
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import docker
 
-from torchstack import sharing
-from torchstack.sources import state_dir
+from torchstack.base import sharing
+from torchstack.base.state import state_dir
 
 ID = uuid.uuid4().hex[:8]  # in every image tag the session makes
 # The Docker engine's handle on the host's network namespace: its first container or build step on

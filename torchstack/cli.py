@@ -11,16 +11,17 @@ import click
 import docker.errors
 from click.core import ParameterSource
 
-from torchstack import __version__, image_commands, sharing
-from torchstack.connection import choose, connect
-from torchstack.engine import builder_for, why_not_reproducible
-from torchstack.errors import DataError, ToolkitError, UsageProblem
-from torchstack.model import COMMAND, Catalog, load_catalog
-from torchstack.options import archive_options, build_options, engine_option, plan_options, request_from, writable_folder
-from torchstack.plan import Request
-from torchstack.planner import make_plan
-from torchstack.reports import backend_details, format_plan
-from torchstack.sharing import Terminated
+from torchstack import __version__, image_commands
+from torchstack.base import sharing
+from torchstack.base.errors import DataError, ToolkitError, UsageProblem
+from torchstack.base.sharing import Terminated
+from torchstack.catalog.model import COMMAND, Catalog, load_catalog
+from torchstack.engines.connection import choose, connect
+from torchstack.engines.engine import builder_for, why_not_reproducible
+from torchstack.reports.reports import backend_details, format_plan
+from torchstack.request.options import archive_options, build_options, engine_option, plan_options, request_from, writable_folder
+from torchstack.request.plan import Request
+from torchstack.request.planner import make_plan
 
 
 def _fail(message: str, code: int) -> None:
@@ -97,13 +98,13 @@ def _build_group(catalog: Catalog) -> click.Group:
         if ctx.invoked_subcommand is not None:
             _refuse_options_before(ctx)
             return
-        from torchstack.settle import settle
+        from torchstack.run.settle import settle
 
         settled = settle(catalog, options)
         if settled.run.dry_run:
             _print_dry_run(settled)
             return
-        from torchstack.pipeline import run_build
+        from torchstack.run.pipeline import run_build
 
         run_build(catalog, settled)
 
@@ -115,7 +116,7 @@ def _plan_command(catalog: Catalog) -> click.Command:
     @plan_options(catalog)
     def plan_command(**options) -> None:
         """Print the build plan: stages, images, tags, flags, and the engine a build would use. Needs no engine."""
-        from torchstack.prerequisites import require_cpu_for_checks
+        from torchstack.request.prerequisites import require_cpu_for_checks
 
         plan = make_plan(catalog, request_from(options))
         click.echo(format_plan(plan))
@@ -138,8 +139,8 @@ def _render_command(catalog: Catalog) -> click.Command:
     @plan_options(catalog)
     def render_command(output: Path, **options) -> None:
         """Write each stage's Dockerfile and build context to a folder."""
-        from torchstack.render import assemble_context
-        from torchstack.sources import cached_sources
+        from torchstack.build.render import assemble_context
+        from torchstack.build.sources import cached_sources
 
         plan = make_plan(catalog, request_from(options))
         writable_folder(output, "--output", output)
@@ -191,7 +192,7 @@ def _matrix_command(catalog: Catalog) -> click.Command:
     @click.option("--release", help="Release in the tags, rYY.MM (default: this UTC month).")
     def matrix_command(form: str, torch_from: str, release: str | None, **filters) -> None:
         """Print the CI build matrix: every allowed build, each on a native runner, with its tag."""
-        from torchstack.matrix import jobs, render
+        from torchstack.request.matrix import jobs, render
 
         click.echo(render(jobs(catalog, filters, torch_from=torch_from, release=release), form))
 
@@ -209,7 +210,7 @@ def _fetch_command(catalog: Catalog) -> click.Command:
     @plan_options(catalog)
     def fetch_command(source_mirror: str | None, mirror_dir: Path | None, **options) -> None:
         """Download and verify the plan's pinned sources into the cache (and a mirror folder)."""
-        from torchstack.sources import fetch_plan_sources
+        from torchstack.build.sources import fetch_plan_sources
 
         plan = make_plan(catalog, request_from(options))
         for name, path in fetch_plan_sources(plan, source_mirror, mirror_dir).items():
@@ -227,8 +228,9 @@ def _bootstrap_command(catalog: Catalog) -> click.Command:
     @engine_option
     def bootstrap_command(arch: str | None, distribution: str, force: bool, engine: str, **archive) -> None:
         """Create the Debian base image from the Debian archive with mmdebstrap (no registry needed)."""
-        from torchstack import archive as apt
-        from torchstack import bootstrap, prerequisites
+        from torchstack.build import archive as apt
+        from torchstack.build import bootstrap
+        from torchstack.request import prerequisites
 
         plan = make_plan(
             catalog,

@@ -8,13 +8,14 @@ from pathlib import Path
 import click
 import docker.errors
 
-from torchstack import sharing, tags
-from torchstack.connection import ENGINES, choose, cli_refused, connect
-from torchstack.errors import ToolkitError, UsageProblem
-from torchstack.model import Catalog
-from torchstack.options import engine_option, writable_folder
-from torchstack.reports import format_inspection
-from torchstack.sources import state_dir
+from torchstack.base import sharing
+from torchstack.base.errors import ToolkitError, UsageProblem
+from torchstack.base.state import state_dir
+from torchstack.catalog.model import Catalog
+from torchstack.engines.connection import ENGINES, choose, cli_refused, connect
+from torchstack.reports.reports import format_inspection
+from torchstack.request import tags
+from torchstack.request.options import engine_option, writable_folder
 
 
 def manifest_command(catalog: Catalog) -> click.Command:
@@ -43,7 +44,7 @@ def manifest_command(catalog: Catalog) -> click.Command:
         ghcr.io/acme/torchstack:r26.11-torch-2.13.0-openblas-x86_64
         ghcr.io/acme/torchstack:r26.11-torch-2.13.0-openblas-aarch64 --arch x86_64 --arch aarch64
         """
-        from torchstack.joining import join_architectures
+        from torchstack.publishing.joining import join_architectures
 
         unknown = [a for a in arches if a not in catalog.architectures]
         if unknown:
@@ -53,7 +54,7 @@ def manifest_command(catalog: Catalog) -> click.Command:
         except UsageProblem:
             raise UsageProblem(f"{target}: not a valid image name (HOST[:PORT]/NAME:TAG, lowercase)") from None
         if sign:
-            from torchstack import signing
+            from torchstack.publishing import signing
 
             sign = signing.check_key(sign, "--sign", private=True)
         expected = {a: catalog.architectures[a].docker.split("/", 1)[1] for a in dict.fromkeys(arches)}
@@ -74,7 +75,7 @@ def inspect_command(catalog: Catalog) -> click.Command:
     def inspect_command(image: str, as_json: bool, engine: str) -> None:
         """What IMAGE says about itself: its build manifest and SBOM summary, from the image alone."""
 
-        from torchstack import sbom
+        from torchstack.build import sbom
 
         client, chosen = connect(choose(engine))
         try:
@@ -118,7 +119,8 @@ def test_command(catalog: Catalog) -> click.Command:
     ) -> None:
         """Check what is inside IMAGE: any image, ours or not. Then ask the -security suites its apt
         sources name whether an installed package has a fix pending there."""
-        from torchstack import archive, checks
+        from torchstack.build import archive
+        from torchstack.verify import checks
 
         client, chosen = connect(choose(engine))
         # A check run killed outright (SIGKILL) leaves its containers: the next run removes them.
@@ -190,7 +192,8 @@ def verify_command(catalog: Catalog) -> click.Command:
         against the image's build-info, and whether it pulls lazily (a SOCI index, which must be signed
         too). Prints the digest to pull. With --rebuild, build it again here and compare
         (docs/using/reproducible.md)."""
-        from torchstack import registry, signing
+        from torchstack.publishing import signing
+        from torchstack.registries import registry
 
         if not key and not rebuild:
             raise UsageProblem("verify needs --key (the signer's public key), --rebuild, or both")
@@ -212,7 +215,7 @@ def verify_command(catalog: Catalog) -> click.Command:
             client.images.pull(reference)
             click.echo(f"torchstack: pulled {reference} ({chosen.kind})", err=True)
         if rebuild:
-            from torchstack import rebuild as rebuilding
+            from torchstack.verify import rebuild as rebuilding
 
             passed = {f"--{name.replace('_', '-')}": value for name, value in given.items()}
             passed["--engine"] = chosen.kind  # the build runs on this engine
@@ -234,8 +237,8 @@ def policy_command(catalog: Catalog) -> click.Command:
     def policy_command(registry: str, key: Path, output: Path) -> None:
         """Write what nodes need to run only images under REGISTRY signed by KEY: policy.json and
         registries.d/torchstack.yaml (Podman, CRI-O, OpenShift: /etc/containers/), kyverno-policy.yaml."""
-        from torchstack import policy
-        from torchstack.publish import check_registry
+        from torchstack.publishing import policy
+        from torchstack.request.tags import check_registry
 
         writable_folder(output, "--output", output)
         for path in policy.write(output, check_registry(registry), key):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from torchstack.model import ROOT
+from torchstack.catalog.model import ROOT
 
 APP = """import torch
 

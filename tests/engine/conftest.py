@@ -27,9 +27,10 @@ from docker.models.containers import ContainerCollection
 from tests import session
 from tests.engine.hosts import COSIGN_KEYS, CURRENT_ENGINE, PODMAN, PODMAN5_IMAGE, REBUILD_ENGINE, REGISTRY, SECOND_ENGINE
 from tests.engine.images import APP_RELEASE, BUILDKIT_TAG, IMAGES, README_WHEEL, ZENDNN_WHEELS, copy_of_checkout, x86_wheelhouse
-from torchstack import engine, sharing
-from torchstack.model import ROOT, load_catalog
-from torchstack.sources import state_dir
+from torchstack.base import sharing
+from torchstack.base.state import state_dir
+from torchstack.catalog.model import ROOT, load_catalog
+from torchstack.engines import engine
 
 
 def pypi_wheel(dest: Path, requirement: str) -> Path:

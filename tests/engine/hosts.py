@@ -26,7 +26,7 @@ import docker
 import pytest
 
 from tests import session
-from torchstack.model import ROOT
+from torchstack.catalog.model import ROOT
 
 
 def free_port() -> int:

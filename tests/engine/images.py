@@ -44,12 +44,12 @@ from tests.engine.hosts import (
     podman5_engine,
     podman_engine,
 )
-from torchstack import archive
-from torchstack.model import ROOT, load_catalog
-from torchstack.plan import Request, Suite
-from torchstack.planner import make_plan
-from torchstack.sources import cache_dir
-from torchstack.wheels import download_from_index
+from torchstack.base.state import cache_dir
+from torchstack.build import archive
+from torchstack.catalog.model import ROOT, load_catalog
+from torchstack.catalog.wheels import download_from_index
+from torchstack.request.plan import Request, Suite
+from torchstack.request.planner import make_plan
 
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 

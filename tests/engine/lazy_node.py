@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tests.engine.hosts import DATA_ROOTS, running_registry, stop
-from torchstack import lazy
+from torchstack.publishing import lazy
 
 SNAPSHOTTER = "soci"  # the proxy plugin's name in the node's containerd
 VIEW_ADDRESS = "10.213.80.1"  # the TLS view's, on a bridge of its own (one node at a time)

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tests.engine.images import x86_wheelhouse
-from torchstack.model import ROOT
+from torchstack.catalog.model import ROOT
 
 pytestmark = pytest.mark.engine
 

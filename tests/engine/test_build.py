@@ -14,9 +14,9 @@ import pytest
 from tests import session
 from tests.engine.conftest import files_holding, leftovers_of
 from tests.engine.images import CA_BUNDLE, README_ARGS, X86_ARGS, X86_DISTRIBUTION, run_build_py, x86_wheelhouse
-from torchstack import sharing
-from torchstack.model import ROOT
-from torchstack.tags import tag_version
+from torchstack.base import sharing
+from torchstack.catalog.model import ROOT
+from torchstack.request.tags import tag_version
 
 pytestmark = pytest.mark.engine
 

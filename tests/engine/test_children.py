@@ -12,7 +12,7 @@ import pytest
 from tests.engine.children import LOAD, write_docs_child
 from tests.engine.conftest import pypi_wheel
 from tests.engine.images import X86_ARGS, run_build_py, x86_wheelhouse
-from torchstack import layout, sharing
+from torchstack.base import layout, sharing
 
 pytestmark = pytest.mark.engine
 

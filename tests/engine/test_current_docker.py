@@ -11,7 +11,7 @@ import pytest
 
 from tests.engine.hosts import CURRENT_ENGINE
 from tests.engine.images import IMAGES
-from torchstack.sbom import BUILD_INFO_LABEL
+from torchstack.build.sbom import BUILD_INFO_LABEL
 
 pytestmark = pytest.mark.engine
 

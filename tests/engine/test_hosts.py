@@ -17,7 +17,7 @@ import pytest
 
 from tests import session
 from tests.engine.images import CA_BUNDLE, README_ARGS, copy_of_checkout, run_build_py
-from torchstack.model import load_catalog
+from torchstack.catalog.model import load_catalog
 
 pytestmark = [pytest.mark.engine]
 

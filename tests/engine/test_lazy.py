@@ -9,7 +9,7 @@ import pytest
 from tests.engine.conftest import copy_into
 from tests.engine.images import run_build_py
 from tests.engine.lazy_node import lazy_node
-from torchstack import lazy
+from torchstack.publishing import lazy
 
 pytestmark = pytest.mark.engine
 

@@ -12,7 +12,7 @@ import docker
 import pytest
 
 from tests import session
-from torchstack import sharing
+from torchstack.base import sharing
 
 pytestmark = pytest.mark.engine
 

@@ -34,8 +34,8 @@ from tests import session
 from tests.engine.conftest import untag
 from tests.engine.hosts import running_registry
 from tests.engine.images import X86_ARGS, run_build_py, x86_wheelhouse
-from torchstack import sharing, sources
-from torchstack.model import ROOT
+from torchstack.base import sharing, state
+from torchstack.catalog.model import ROOT
 
 pytestmark = pytest.mark.engine
 
@@ -183,7 +183,7 @@ def _left_by(summary: dict, run: subprocess.CompletedProcess, began: float) -> d
     texts = {"output": (run.stdout + run.stderr).encode(), "summary": json.dumps(summary).encode()}
     for path in [Path(summary["log"]), *([Path(summary["sbom"])] if summary.get("sbom") else [])]:
         texts[str(path)] = path.read_bytes()
-    for path in sources.state_dir().rglob("*"):
+    for path in state.state_dir().rglob("*"):
         if path.is_file() and path.stat().st_mtime >= began:
             texts[str(path)] = path.read_bytes()
     return texts
@@ -235,7 +235,7 @@ def test_a_login_a_credential_helper_keeps_publishes_the_whole_way_and_one_that_
         lock = f"{x86_build['engine']['url']} {x86_build['final_image']} release"
         with Watcher(where.secrets) as watcher:
             # The checks pass while the test holds the release lock; then the password changes.
-            with sharing.lock(sources.state_dir() / "locks", lock, lambda _: None):
+            with sharing.lock(state.state_dir() / "locks", lock, lambda _: None):
                 summary = tmp_path / "summaries" / "helper.json"
                 command = [sys.executable, str(ROOT / "build.py"), *X86_ARGS, "--torch-wheel", x86_wheelhouse()]
                 command += ["--registry", f"{where.address}/helper", "--json", str(summary), *args]

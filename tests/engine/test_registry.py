@@ -17,7 +17,7 @@ import pytest
 from tests.engine.conftest import listed_architectures, untag
 from tests.engine.hosts import free_port, running_registry
 from tests.engine.images import X86_ARGS, checks_passed, run_build_py
-from torchstack import publish
+from torchstack.publishing import publish
 
 pytestmark = pytest.mark.engine
 

@@ -16,8 +16,10 @@ import pytest
 from tests.engine.hosts import CURRENT_ENGINE, REBUILD_ENGINE, REGISTRY
 from tests.engine.images import IMAGES, X86_ARGS, run_build_py, x86_wheelhouse
 from tests.local_archive import LocalArchive, SnapshotArchive
-from torchstack import archive, publish, rebuild
-from torchstack.metadata import toolkit_revision
+from torchstack.build import archive
+from torchstack.publishing import publish
+from torchstack.request.metadata import toolkit_revision
+from torchstack.verify import rebuild
 
 pytestmark = pytest.mark.engine
 

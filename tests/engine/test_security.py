@@ -12,7 +12,7 @@ import pytest
 
 from tests.engine.images import X86_ARGS, run_build_py, x86_wheelhouse
 from tests.local_archive import LocalArchive, debian_suites, published_deb, rebuilt
-from torchstack import archive
+from torchstack.build import archive
 
 pytestmark = pytest.mark.engine
 

@@ -14,9 +14,9 @@ import pytest
 from tests import session
 from tests.engine.conftest import leftovers_of, untag
 from tests.engine.images import X86_ARGS, X86_DISTRIBUTION, run_build_py, x86_wheelhouse
-from torchstack import registry as registry_api
-from torchstack import sharing, sources
-from torchstack.model import ROOT
+from torchstack.base import sharing, state
+from torchstack.catalog.model import ROOT
+from torchstack.registries import registry as registry_api
 
 pytestmark = pytest.mark.engine
 
@@ -144,7 +144,7 @@ def test_a_stage_name_another_run_gives_its_own_image_meanwhile_changes_nothing_
     built = json.loads((tmp_path / "plain.json").read_text())
     stage, other = built["stages"][0]["image"], built["stages"][0]["image_id"]
     top = f"torchstack-base:{unique_tag}"
-    with sharing.lock(sources.state_dir() / "locks", f"{built['engine']['url']} {top} release", lambda _: None):
+    with sharing.lock(state.state_dir() / "locks", f"{built['engine']['url']} {top} release", lambda _: None):
         run = _start(*args, "--push", "--push-stages", "--registry", f"{registry}/retag", "--json", str(tmp_path / "pushed.json"))
         said = []
         for line in run.stderr:

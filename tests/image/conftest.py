@@ -14,8 +14,8 @@ import docker
 import pytest
 
 from tests.image.engine_host import engine_host
-from torchstack import sharing
-from torchstack.model import load_catalog
+from torchstack.base import sharing
+from torchstack.catalog.model import load_catalog
 
 
 def pytest_addoption(parser):

@@ -6,8 +6,8 @@ import urllib.parse
 
 import pytest
 
-from torchstack import torch_choice
-from torchstack.wheels import WheelName
+from torchstack.catalog import torch_choice
+from torchstack.catalog.wheels import WheelName
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,7 @@ value fails only on an Arm build host, an hour in."""
 
 import pytest
 
-from torchstack.errors import UsageProblem
+from torchstack.base.errors import UsageProblem
 
 # The option declarations of ComputeLibrary's SConstruct (vars.AddVariables, and the
 # export_compile_commands added after it): name -> allowed values for EnumVariable, BOOL for

@@ -5,9 +5,9 @@ Against a real archive the test signs and serves on loopback (tests/local_archiv
 import pytest
 
 from tests.local_archive import LocalArchive
-from torchstack import archive
-from torchstack.errors import UsageProblem
-from torchstack.plan import AptSources, Suite
+from torchstack.base.errors import UsageProblem
+from torchstack.build import archive
+from torchstack.request.plan import AptSources, Suite
 
 PACKAGES = """Package: libssl3
 Version: 3.0.20-1~deb12u1

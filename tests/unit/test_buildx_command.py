@@ -5,9 +5,9 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from torchstack.buildjob import BuildJob
-from torchstack.buildkit import buildx_command, ccache_dockerfile
 from torchstack.cli import make_cli
+from torchstack.engines.buildjob import BuildJob
+from torchstack.engines.buildkit import buildx_command, ccache_dockerfile
 
 
 def job(context: str, tag: str, platform: str = "linux/amd64", labels: dict | None = None, **given) -> BuildJob:
@@ -61,7 +61,7 @@ def test_a_builder_name_with_the_legacy_builder_is_refused(catalog):
 
 
 def test_a_builder_name_picks_buildkit(catalog, monkeypatch):
-    monkeypatch.setattr("torchstack.buildkit.builder_exists", lambda name: name == "fleet")
+    monkeypatch.setattr("torchstack.engines.buildkit.builder_exists", lambda name: name == "fleet")
     result = CliRunner().invoke(make_cli(catalog), ["--dry-run", "--backend", "onednn", "--buildx-builder", "fleet"])
     assert result.exit_code == 0 and "builder       buildx" in result.output, result.output
 
@@ -77,7 +77,7 @@ def test_the_compiler_cache_moves_in_from_the_context_and_out_into_the_output():
 
 def test_the_compiler_cache_folder_needs_buildkit(catalog, monkeypatch):
     # The builder is the question here, not where the wheel comes from: --dry-run would download it.
-    monkeypatch.setattr("torchstack.settle._resolve_wheel", lambda catalog, request, plan: (request, []))
+    monkeypatch.setattr("torchstack.run.settle._resolve_wheel", lambda catalog, request, plan: (request, []))
     refused = CliRunner().invoke(make_cli(catalog), ["--dry-run", "--builder", "docker", "--ccache-dir", "ccache"])
     assert refused.exit_code == 2 and "--ccache-dir moves BuildKit's compiler cache: use it with --builder buildx" in refused.output
     picked = CliRunner().invoke(make_cli(catalog), ["--dry-run", "--torch-from", "wheel", "--ccache-dir", "ccache"])

@@ -4,10 +4,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from torchstack import checks
-from torchstack.checks import CHECKS, stage_lineage
-from torchstack.connection import Engine
-from torchstack.errors import UsageProblem
+from torchstack.base.errors import UsageProblem
+from torchstack.engines.connection import Engine
+from torchstack.verify import checks
+from torchstack.verify.checks import CHECKS, stage_lineage
 
 
 def test_checks_of_a_parent_run_against_its_children(catalog):

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from torchstack.cli import make_cli
-from torchstack.selection import tuning_problem
+from torchstack.request.selection import tuning_problem
 
 CUSTOM = {
     "openblas": (

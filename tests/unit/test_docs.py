@@ -22,8 +22,8 @@ import sys
 import click
 import pytest
 
+from torchstack.catalog.model import ROOT, load_catalog
 from torchstack.cli import make_cli
-from torchstack.model import ROOT, load_catalog
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs" / "using").glob("*.md"))]
 OPTIONS = ROOT / "docs" / "using" / "options.md"

@@ -8,10 +8,10 @@ import subprocess
 import pytest
 from click.testing import CliRunner
 
-from torchstack import connection
+from torchstack.catalog.model import ROOT
 from torchstack.cli import make_cli
-from torchstack.connection import Engine, choose
-from torchstack.model import ROOT
+from torchstack.engines import connection
+from torchstack.engines.connection import Engine, choose
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,7 @@ def test_what_podman_cannot_do_is_refused_before_any_work(cli, args, message):
 
 
 def test_with_podman_the_builder_is_the_legacy_api_even_for_a_torch_compile(cli, monkeypatch):
-    monkeypatch.setattr("torchstack.buildkit.available", lambda: True)
+    monkeypatch.setattr("torchstack.engines.buildkit.available", lambda: True)
     result = CliRunner().invoke(cli, ["--engine", "podman", "--dry-run", "--release", "r26.11"])
     assert result.exit_code == 0, result.output
     assert "builder       docker\n" in result.output
@@ -123,8 +123,8 @@ def test_a_wheel_build_takes_buildkit_where_the_engine_builds_with_it_by_default
                 raise connection.docker.errors.DockerException("no engine")
             return {"Version": engine_version, "Components": [{"Name": "Engine"}]}
 
-    monkeypatch.setattr("torchstack.buildkit.available", lambda: buildx)
-    monkeypatch.setattr("torchstack.engine.docker.DockerClient", Client)
+    monkeypatch.setattr("torchstack.engines.buildkit.available", lambda: buildx)
+    monkeypatch.setattr("torchstack.engines.engine.docker.DockerClient", Client)
     result = CliRunner().invoke(cli, ["plan", "--engine", "docker", "--torch-from", "wheel", "--openblas-from", "distro"])
     assert result.exit_code == 0, result.output
     assert f"builder       {builder}" in result.output

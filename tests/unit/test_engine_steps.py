@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from torchstack.buildjob import BuildJob
-from torchstack.connection import Engine
-from torchstack.engine import LegacyBuilder
-from torchstack.oci_build import oci_dockerfile
+from torchstack.engines.buildjob import BuildJob
+from torchstack.engines.connection import Engine
+from torchstack.engines.engine import LegacyBuilder
+from torchstack.engines.oci_build import oci_dockerfile
 
 
 class FakeAPI:

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from torchstack.model import ROOT
+from torchstack.catalog.model import ROOT
 
 README_REQUEST = ["--torch-from", "wheel", "--openblas-from", "distro"]
 
@@ -29,7 +29,7 @@ def run(installed, *args):
 def test_the_installed_package_reads_its_own_copy_of_the_files(installed):
     venv, folder = installed
     said = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", "from torchstack.model import ROOT, CHECKOUT; print(ROOT); print(CHECKOUT)"],
+        [str(venv / "bin" / "python"), "-c", "from torchstack.catalog.model import ROOT, CHECKOUT; print(ROOT); print(CHECKOUT)"],
         cwd=folder,
         capture_output=True,
         text=True,

@@ -1,44 +1,72 @@
-"""The table of modules in docs/contributing/layout.md is the package: every module listed once, each
-with one job, in an order where every module imports only modules below it (no cycles, nothing upward)."""
+"""docs/contributing/layout.md is the package: its folders, top to bottom, and in each the modules, every
+module listed once in the folder it sits in, each with one job, in an order where every module imports
+only modules below it (no cycles, nothing upward, no folder importing one above it)."""
 
 import ast
 import re
 
-from torchstack.model import ROOT
+from torchstack.catalog.model import ROOT
 
 PACKAGE = ROOT / "torchstack"
 LAYOUT = ROOT / "docs" / "contributing" / "layout.md"
+MODULES = sorted(p for p in PACKAGE.rglob("*.py") if p.stem != "__init__" and "files" not in p.parts)
 
 
 def layout_order() -> list[str]:
-    return re.findall(r"^\| `(\w+)\.py` \|", LAYOUT.read_text(), re.MULTILINE)
+    """The modules as the page lists them, top to bottom, each as FOLDER/NAME ("" for the package's top)."""
+    order, folder = [], ""
+    for line in LAYOUT.read_text().splitlines():
+        if heading := re.match(r"^### (?:`(\w+)/`|the package's top)$", line):
+            folder = heading[1] or ""
+        elif row := re.match(r"^\| `(\w+)\.py` \|", line):
+            order.append(f"{folder}/{row[1]}" if folder else row[1])
+    return order
 
 
-def imports_of(module: str) -> set[str]:
+def name_of(path) -> str:
+    return str(path.relative_to(PACKAGE).with_suffix(""))
+
+
+def imports_of(path) -> set[str]:
+    """The package's modules `path` imports, as FOLDER/NAME."""
     found = set()
-    for node in ast.walk(ast.parse((PACKAGE / f"{module}.py").read_text())):
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("torchstack"):
-            if node.module == "torchstack":
-                found |= {a.name for a in node.names if (PACKAGE / f"{a.name}.py").exists()}
+            parts = node.module.split(".")[1:]
+            if (PACKAGE / "/".join(parts)).with_suffix(".py").is_file():
+                found.add("/".join(parts))
             else:
-                found.add(node.module.split(".")[1])
+                found |= {
+                    "/".join([*parts, a.name]) for a in node.names if (PACKAGE / "/".join([*parts, a.name])).with_suffix(".py").is_file()
+                }
     return found
 
 
-def test_the_layout_lists_every_module_once():
+def test_the_layout_lists_every_module_once_in_its_folder():
     order = layout_order()
-    assert sorted(order) == sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+    assert sorted(order) == sorted(name_of(p) for p in MODULES)
     assert len(order) == len(set(order))
 
 
 def test_every_module_imports_only_modules_below_it_in_the_layout():
     order = layout_order()
-    upward = {m: sorted(d for d in imports_of(m) if order.index(d) <= order.index(m)) for m in order}
+    upward = {name_of(p): sorted(d for d in imports_of(p) if order.index(d) <= order.index(name_of(p))) for p in MODULES}
     assert not {m: d for m, d in upward.items() if d}, upward
 
 
+def test_each_folder_says_what_it_holds_and_what_it_may_import():
+    """Its docstring names the folders it may import: those below it on the page, and no other."""
+    folders = list(dict.fromkeys(m.split("/")[0] for m in layout_order() if "/" in m))
+    for position, folder in enumerate(folders):
+        doc = ast.get_docstring(ast.parse((PACKAGE / folder / "__init__.py").read_text())) or ""
+        assert doc and "May import:" in doc, folder
+        below = set(folders[position + 1 :])
+        imported = {d.split("/")[0] for p in (PACKAGE / folder).glob("*.py") for d in imports_of(p) if "/" in d}
+        assert imported - {folder} <= below, f"{folder} imports {sorted(imported - {folder} - below)}, above it"
+
+
 def test_each_module_says_its_one_job_in_one_sentence_without_and():
-    for path in PACKAGE.glob("*.py"):
+    for path in MODULES:
         doc = ast.get_docstring(ast.parse(path.read_text())) or ""
         first = doc.splitlines()[0] if doc else ""
         assert first.endswith(".") and first.count(". ") == 0, f"{path.name}: {first!r}"
@@ -48,7 +76,7 @@ def test_each_module_says_its_one_job_in_one_sentence_without_and():
 def test_no_module_over_400_lines_and_no_function_over_60():
     """Room to read: a module that grows past 400 lines wants to be two, a function past 60 wants a helper."""
     long = {}
-    for path in PACKAGE.glob("*.py"):
+    for path in MODULES:
         text = path.read_text()
         if text.count("\n") > 400:
             long[path.name] = f"{text.count(chr(10))} lines"
@@ -62,8 +90,8 @@ def test_the_pipeline_refuses_nothing_the_settling_step_could():
     """A build's options are refused before any work, in the settling step (settle.py, with the
     request's own checks in options.py): the pipeline and the stages' building raise no usage error,
     and make no plan of their own."""
-    for module in ("pipeline", "building"):
-        text = (PACKAGE / f"{module}.py").read_text()
+    for module in ("run/pipeline.py", "build/building.py"):
+        text = (PACKAGE / module).read_text()
         assert "UsageProblem" not in text and "make_plan" not in text, module
 
 
@@ -71,7 +99,7 @@ def test_no_function_takes_more_than_8_parameters():
     """A value carries what travels together (buildjob.BuildJob, engine.BuildRun): a function of a dozen
     parameters is one whose callers each pass the same half of them."""
     many = {}
-    for path in PACKAGE.glob("*.py"):
+    for path in MODULES:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 names = [a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs) if a.arg not in ("self", "cls")]

@@ -12,9 +12,10 @@ import threading
 import pytest
 from click.testing import CliRunner
 
-from torchstack import lazy, registry
+from torchstack.base.errors import HostNotReady
 from torchstack.cli import make_cli
-from torchstack.errors import HostNotReady
+from torchstack.publishing import lazy
+from torchstack.registries import registry
 
 IMAGE = "sha256:" + "a" * 64
 INDEX = "sha256:" + "b" * 64
@@ -103,8 +104,8 @@ def test_soci_keeps_its_artifacts_in_a_folder_of_the_build_not_the_hosts(tmp_pat
 def test_an_index_that_fails_after_the_release_is_pushed_says_the_release_is_out_without_it(monkeypatch, tmp_path):
     """soci runs once the release is in the registry (it reads the image from there): when it
     fails, the one line says what is published and what the same command again does."""
-    from torchstack import pipeline
-    from torchstack.run_options import RunOptions
+    from torchstack.request.run_options import RunOptions
+    from torchstack.run import pipeline
 
     monkeypatch.setenv("REGISTRY_AUTH_FILE", str(tmp_path / "none.json"))
 

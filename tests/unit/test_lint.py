@@ -5,7 +5,7 @@ import subprocess
 import pytest
 
 from tests.conftest import dev_tool
-from torchstack.model import ROOT
+from torchstack.catalog.model import ROOT
 
 
 @pytest.mark.parametrize("command", [["check", "."], ["format", "--check", "."]])

@@ -9,11 +9,11 @@ import yaml
 from click.testing import CliRunner
 
 from tests.conftest import NOW
+from torchstack.base.errors import UsageProblem
 from torchstack.cli import make_cli
-from torchstack.errors import UsageProblem
-from torchstack.matrix import jobs, render
-from torchstack.plan import Request
-from torchstack.planner import make_plan
+from torchstack.request.matrix import jobs, render
+from torchstack.request.plan import Request
+from torchstack.request.planner import make_plan
 
 NO_FILTER = {"arch": None, "backend": None, "target": None, "distribution": None}
 

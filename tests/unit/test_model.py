@@ -4,8 +4,8 @@ import shutil
 
 import pytest
 
-from torchstack.errors import DataError
-from torchstack.model import DATA, ROOT, load_catalog
+from torchstack.base.errors import DataError
+from torchstack.catalog.model import DATA, ROOT, load_catalog
 
 
 @pytest.fixture

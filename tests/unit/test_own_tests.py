@@ -2,7 +2,7 @@
 no PyTorch source is compiled on these machines)."""
 
 from tests.image.dev.test_dev import TEST_DEPS, own_tests_commands
-from torchstack import layout
+from torchstack.base import layout
 
 
 def test_an_onednn_image_runs_the_linalg_mkldnn_and_transformer_tests_offline(catalog):

@@ -9,13 +9,13 @@ import shutil
 import pytest
 
 from tests.conftest import NOW
-from torchstack.errors import DataError
-from torchstack.layout import LD_SO_CONF, PAYLOAD_DIR
-from torchstack.model import DATA, load_catalog
-from torchstack.plan import Request
-from torchstack.planner import make_plan
-from torchstack.render import render_dockerfile
-from torchstack.selection import combinations
+from torchstack.base.errors import DataError
+from torchstack.base.layout import LD_SO_CONF, PAYLOAD_DIR
+from torchstack.build.render import render_dockerfile
+from torchstack.catalog.model import DATA, load_catalog
+from torchstack.request.plan import Request
+from torchstack.request.planner import make_plan
+from torchstack.request.selection import combinations
 
 
 def needed_libraries(plan) -> set[str]:
@@ -100,7 +100,7 @@ def test_a_prebuilt_torch_ships_no_acl_of_ours(plan_for):
 
 
 def test_the_payload_is_what_the_build_info_says(plan_for):
-    from torchstack.metadata import build_info
+    from torchstack.request.metadata import build_info
 
     plan = plan_for(backend="onednn-acl", build_target="neoverse-v2", distribution="trixie")
     payload = build_info(plan)["payload"]

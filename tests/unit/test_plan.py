@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from torchstack.errors import UsageProblem
-from torchstack.metadata import build_info, stage_labels
+from torchstack.base.errors import UsageProblem
+from torchstack.request.metadata import build_info, stage_labels
 
 PIN = {"openblas": "0.3.33", "acl": "52.6.0", "zdnn": "1.0.1", "numpy": "2.3.5", "torch": "2.13.0"}
 

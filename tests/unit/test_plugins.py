@@ -8,11 +8,11 @@ import zipfile
 
 import pytest
 
-from torchstack.errors import UsageProblem
-from torchstack.metadata import build_info
-from torchstack.model import ROOT
-from torchstack.plugins import read_wheel
-from torchstack.render import assemble_context, banner
+from torchstack.base.errors import UsageProblem
+from torchstack.build.render import assemble_context, banner
+from torchstack.catalog.model import ROOT
+from torchstack.catalog.plugins import read_wheel
+from torchstack.request.metadata import build_info
 
 
 def run_cli(*args):
@@ -203,7 +203,7 @@ def test_a_plugin_named_by_version_is_fetched_before_the_plan_that_builds_it(cat
         shutil.copy2(plugin_wheels["compile_backend"], dest)
 
     monkeypatch.setenv("TORCHSTACK_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr("torchstack.settle.download_wheel", download)
+    monkeypatch.setattr("torchstack.run.settle.download_wheel", download)
     result = CliRunner().invoke(make_cli(catalog), ["--dry-run", "--plugin-wheel", "torchstack-test-compile==0.1.0"])
     assert result.exit_code == 0, result.output
     assert "torchstack-test-compile-0.1.0" in result.output, result.output

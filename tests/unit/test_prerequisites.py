@@ -5,8 +5,8 @@ import dataclasses
 import pytest
 from click.testing import CliRunner
 
-from torchstack import prerequisites
 from torchstack.cli import make_cli
+from torchstack.request import prerequisites
 
 ENABLED_F = "enabled\ninterpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P\nflags: POCF\noffset 0\nmagic 7f454c46\n"
 
@@ -74,7 +74,7 @@ def test_buildx_asked_for_but_not_installed(host, plan_for):
 
 def test_the_bootstrap_command_stops_in_one_line_with_exit_2(host, catalog, monkeypatch):
     host.discard("arch-test")
-    monkeypatch.setattr("torchstack.host.host_arch", lambda: "x86_64")
+    monkeypatch.setattr("torchstack.request.host.host_arch", lambda: "x86_64")
     result = CliRunner().invoke(make_cli(catalog), ["bootstrap", "--arch", "aarch64"])
     lines = result.output.strip().splitlines()
     assert result.exit_code == 2, result.output

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from torchstack.progress import BuildView, StageReport
+from torchstack.reports.progress import BuildView, StageReport
 
 
 def test_a_ci_log_names_each_steps_stage_and_keeps_the_instructions_brackets(tmp_path, capsys):

@@ -8,10 +8,11 @@ import threading
 import pytest
 from click.testing import CliRunner
 
-from torchstack import joining, registry
+from torchstack.base.errors import UsageProblem
 from torchstack.cli import make_cli
-from torchstack.errors import UsageProblem
-from torchstack.publish import check_registry, wanted
+from torchstack.publishing import joining
+from torchstack.registries import registry
+from torchstack.request.tags import check_registry, wanted
 
 ARGS = ["--dry-run", "--backend", "onednn-acl", "--release", "r26.11"]
 TAG = "r26.11-torch-2.13.0-onednn-acl"
@@ -50,7 +51,7 @@ def test_a_build_that_stops_early_pushes_its_top_stage(plan_for):
 
 def test_dry_run_says_what_would_be_pushed(catalog, monkeypatch):
     asked = []
-    monkeypatch.setattr("torchstack.registry.check_push_access", asked.append)
+    monkeypatch.setattr("torchstack.registries.registry.check_push_access", asked.append)
     result = CliRunner().invoke(make_cli(catalog), [*ARGS, "--push", "--registry", "ghcr.io/acme"])
     assert result.exit_code == 0, result.output
     assert f"push          torchstack:{TAG} -> ghcr.io/acme/torchstack:{TAG}" in result.output

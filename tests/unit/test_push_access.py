@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from torchstack import logins, registry
-from torchstack.errors import UsageProblem
+from torchstack.base.errors import UsageProblem
+from torchstack.registries import logins, registry
 
 LOGIN = ("ci", "s3cret")
 

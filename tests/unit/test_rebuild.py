@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
-from torchstack import rebuild
+from torchstack.base.errors import UsageProblem
 from torchstack.cli import make_cli
-from torchstack.connection import Engine
-from torchstack.errors import UsageProblem
+from torchstack.engines.connection import Engine
+from torchstack.verify import rebuild
 
 
 def _render(cli, folder, args) -> tuple[dict, str]:

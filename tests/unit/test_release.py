@@ -1,8 +1,8 @@
 """The release image's records say what it holds: each component's version as dpkg or the venv
 reads it, never a pin the image does not use (Debian's OpenBLAS is Debian's version)."""
 
-from torchstack.metadata import build_info
-from torchstack.release import confirmed
+from torchstack.build.release import confirmed
+from torchstack.request.metadata import build_info
 
 FOUND = {
     "python": [["numpy", "2.3.5", None], ["torch", "2.13.0+cpu", "BSD-3-Clause"]],

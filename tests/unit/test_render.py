@@ -12,11 +12,11 @@ import yaml
 from dockerfile_parse import DockerfileParser
 
 from tests.conftest import dev_tool
-from torchstack.errors import UsageProblem
-from torchstack.model import ROOT
-from torchstack.oci_build import oci_dockerfile
-from torchstack.render import NO_SECRETS, SCRIPTS, BuildSecrets, assemble_context, render_dockerfile
-from torchstack.reproducible import STEP_ENVIRONMENT
+from torchstack.base.errors import UsageProblem
+from torchstack.base.reproducible import STEP_ENVIRONMENT
+from torchstack.build.render import NO_SECRETS, SCRIPTS, BuildSecrets, assemble_context, render_dockerfile
+from torchstack.catalog.model import ROOT
+from torchstack.engines.oci_build import oci_dockerfile
 
 # Rules we do not follow, each with its reason: .hadolint.yaml, which hadolint itself reads too.
 HADOLINT_IGNORED = yaml.safe_load((ROOT / ".hadolint.yaml").read_text())["ignored"]
@@ -45,8 +45,8 @@ def all_plans(catalog, plan_for):
 @pytest.fixture(scope="module")
 def rendered(catalog, tmp_path_factory):
     from tests.conftest import NOW
-    from torchstack.plan import Request
-    from torchstack.planner import make_plan
+    from torchstack.request.plan import Request
+    from torchstack.request.planner import make_plan
 
     def plan_for(**fields):
         return make_plan(catalog, Request(now=NOW, **fields))
@@ -203,8 +203,8 @@ def test_the_final_image_starts_through_the_cpu_guard_with_the_runtime_defaults(
 
 
 def test_an_image_without_security_updates_says_so_in_its_banner_and_labels(plan_for):
-    from torchstack.metadata import stage_labels
-    from torchstack.render import banner
+    from torchstack.build.render import banner
+    from torchstack.request.metadata import stage_labels
 
     bare = plan_for(backend="onednn", release="r26.11", security_updates=False)
     assert "no security updates (--no-security-updates)" in banner(bare)
@@ -215,7 +215,7 @@ def test_an_image_without_security_updates_says_so_in_its_banner_and_labels(plan
 
 
 def test_the_refresh_layer_keeps_the_suites_and_records_its_upgrades(plan_for, tmp_path):
-    from torchstack.render import refresh_context
+    from torchstack.build.render import refresh_context
 
     plan = plan_for(backend="onednn", release="r26.11")
     refresh_context(plan, "sha256:" + "0" * 64, ["libssl3=3.0.22-1~deb13u1"], tmp_path)
@@ -234,7 +234,7 @@ def test_the_refresh_layer_keeps_the_suites_and_records_its_upgrades(plan_for, t
 
 
 def test_a_snapshots_release_image_upgrades_from_the_snapshot_then_names_the_live_suites(plan_for, tmp_path):
-    from torchstack.render import refresh_context
+    from torchstack.build.render import refresh_context
 
     for builder, upgrades in itertools.product(("docker", "buildx"), ([], ["libssl3=3.0.22-1~deb13u1"])):
         plan = plan_for(backend="onednn", release="r26.11", debian_snapshot="2026-11-01", builder=builder)
@@ -280,7 +280,7 @@ def test_podman_runs_every_step_as_bash_in_exec_form(rendered):
 def test_podman_gets_the_labels_word_for_word_in_order(plan_for):
     """The labels go into the OCI Dockerfile's last step, sorted (Podman's endpoint would apply them in a
     Go map's random order, a history that differs from build to build), each value as it was given."""
-    from torchstack.metadata import stage_labels
+    from torchstack.request.metadata import stage_labels
 
     plan = plan_for(builder="docker")
     labels = {**stage_labels(plan, plan.stage("final")), "z.odd": 'a "quoted" $HOME \\ café', "a.first": "1"}

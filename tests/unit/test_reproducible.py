@@ -13,16 +13,18 @@ import pytest
 from click.testing import CliRunner
 
 from tests.local_archive import LocalArchive
-from torchstack import archive, provenance, reproducible
-from torchstack.buildjob import BuildJob
-from torchstack.buildkit import buildx_command, image_id_from
+from torchstack.base import reproducible
+from torchstack.base.errors import UsageProblem
+from torchstack.build import archive
+from torchstack.build.render import assemble_context, render_dockerfile
 from torchstack.cli import make_cli
-from torchstack.connection import Engine
-from torchstack.engine import builder_for
-from torchstack.errors import UsageProblem
-from torchstack.metadata import build_info
-from torchstack.plan import Suite
-from torchstack.render import assemble_context, render_dockerfile
+from torchstack.engines.buildjob import BuildJob
+from torchstack.engines.buildkit import buildx_command, image_id_from
+from torchstack.engines.connection import Engine
+from torchstack.engines.engine import builder_for
+from torchstack.publishing import provenance
+from torchstack.request.metadata import build_info
+from torchstack.request.plan import Suite
 
 TOOLKIT = {"version": "0.1.0", "revision": "0123456789ab", "committed": 1795800000}
 

@@ -3,10 +3,10 @@ resolution itself needs a package index (pip's own): the engine test resolves an
 
 import pytest
 
-from torchstack.errors import UsageProblem
-from torchstack.metadata import build_info
-from torchstack.render import assemble_context
-from torchstack.requirements import conflict, held, platforms
+from torchstack.base.errors import UsageProblem
+from torchstack.build.render import assemble_context
+from torchstack.request.metadata import build_info
+from torchstack.request.requirements import conflict, held, platforms
 
 # pip 23's account of a conflict, as `pip install --dry-run` prints it (trimmed of progress lines).
 DEPENDS_ON_OLD_TORCH = """

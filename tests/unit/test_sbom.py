@@ -8,8 +8,8 @@ from datetime import datetime, timezone
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
-from torchstack.metadata import build_info
-from torchstack.sbom import document, summary
+from torchstack.build.sbom import document, summary
+from torchstack.request.metadata import build_info
 
 FOUND = {
     "python": [["numpy", "2.3.5", None], ["torch", "2.13.0", "BSD-3-Clause"], ["typing_extensions", "4.15.0", "PSF-2.0"]],

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import docker.errors
 import pytest
 
-from torchstack import sharing
+from torchstack.base import sharing
 
 
 def test_a_live_process_is_not_gone_and_an_ended_one_is():
@@ -80,7 +80,7 @@ def test_a_second_run_waits_for_the_lock_saying_so_once(tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from torchstack import sharing\n"
+            "import sys, time; from pathlib import Path; from torchstack.base import sharing\n"
             f"with sharing.lock(Path({str(tmp_path)!r}), 'torchstack-dev:abc', print):\n"
             "    print('held', flush=True); time.sleep(1.5)",
         ],
@@ -102,7 +102,7 @@ def test_a_lock_whose_holder_was_killed_is_free(tmp_path):
         [
             sys.executable,
             "-c",
-            "import time; from pathlib import Path; from torchstack import sharing\n"
+            "import time; from pathlib import Path; from torchstack.base import sharing\n"
             f"with sharing.lock(Path({str(tmp_path)!r}), 'x', print):\n"
             "    print('held', flush=True); time.sleep(60)",
         ],
@@ -137,9 +137,10 @@ def test_sigterm_unwinds_like_ctrl_c_and_says_143():
 def test_a_run_on_another_engine_does_not_wait_for_an_image_of_the_same_name(tmp_path, monkeypatch):
     """Each engine keeps its own images: the lock on a name is the engine's (its API socket), so a
     second dockerd's or Podman's build of the same request goes on; the same engine's waits."""
-    from torchstack import building, connection
+    from torchstack.build import building
+    from torchstack.engines import connection
 
-    monkeypatch.setattr(building.sources, "state_dir", lambda: tmp_path)
+    monkeypatch.setattr(building.state, "state_dir", lambda: tmp_path)
     docker_engine = connection.Engine("docker", "unix:///var/run/docker.sock", "the default")
     podman_engine = connection.Engine("podman", "unix:///run/podman/podman.sock", "--engine podman")
     name = "torchstack-final:r26.11-torch-2.13.0-onednn"

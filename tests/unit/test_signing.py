@@ -14,10 +14,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from torchstack import policy, provenance, registry
+from torchstack.base.errors import UsageProblem
 from torchstack.cli import make_cli
-from torchstack.errors import UsageProblem
-from torchstack.metadata import build_info
+from torchstack.publishing import policy, provenance
+from torchstack.registries import registry
+from torchstack.request.metadata import build_info
 
 PUBLIC_KEY = b"-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n-----END PUBLIC KEY-----\n"
 STARTED, FINISHED = datetime(2026, 11, 25, 10, tzinfo=timezone.utc), datetime(2026, 11, 25, 11, tzinfo=timezone.utc)
@@ -151,7 +152,7 @@ def cosign_pair(tmp_path_factory):
 def test_a_key_cosign_cannot_load_is_refused_before_any_work(catalog, cosign_pair, monkeypatch, key, password, said):
     """Before the registry is asked and before any stage: nothing is built for a signature that would fail."""
     asked = []
-    monkeypatch.setattr("torchstack.registry.check_push_access", asked.append)
+    monkeypatch.setattr("torchstack.registries.registry.check_push_access", asked.append)
     if password is None:
         monkeypatch.delenv("COSIGN_PASSWORD", raising=False)
     else:
@@ -165,7 +166,7 @@ def test_a_key_cosign_cannot_load_is_refused_before_any_work(catalog, cosign_pai
 
 
 def test_a_key_cosign_loads_passes_the_settling_step(catalog, cosign_pair, monkeypatch):
-    monkeypatch.setattr("torchstack.registry.check_push_access", lambda remote: None)
+    monkeypatch.setattr("torchstack.registries.registry.check_push_access", lambda remote: None)
     monkeypatch.setenv("COSIGN_PASSWORD", "right")
     key = cosign_pair / "k.key"
     result = CliRunner().invoke(make_cli(catalog), ["--dry-run", "--push", "--registry", "registry.example/ml", "--sign", str(key)])

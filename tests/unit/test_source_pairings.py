@@ -10,11 +10,11 @@ import pytest
 import yaml
 
 from tests.conftest import NOW
-from torchstack.errors import UsageProblem
-from torchstack.model import ROOT, load_catalog
-from torchstack.plan import Request
-from torchstack.planner import make_plan
-from torchstack.render import SCRIPTS
+from torchstack.base.errors import UsageProblem
+from torchstack.build.render import SCRIPTS
+from torchstack.catalog.model import ROOT, load_catalog
+from torchstack.request.plan import Request
+from torchstack.request.planner import make_plan
 
 V2_ON_OLD_OPENBLAS = ["plan", "--build-target", "neoverse-v2", "--distribution", "trixie", "--source-version", "openblas=0.3.28"]
 

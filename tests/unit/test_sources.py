@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
-from torchstack.component import Source
-from torchstack.errors import ChecksumMismatch, ToolkitError
-from torchstack.sources import fetch_source
+from torchstack.base.errors import ChecksumMismatch, ToolkitError
+from torchstack.build.sources import fetch_source
+from torchstack.catalog.component import Source
 
 PAYLOAD = b"pretend this is OpenBLAS-0.3.33.tar.gz\n" * 5000
 

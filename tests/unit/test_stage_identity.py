@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from torchstack.metadata import stage_labels
-from torchstack.plan import RELEASE_STAGE
+from torchstack.request.metadata import stage_labels
+from torchstack.request.plan import RELEASE_STAGE
 
 LOWER = ("base", "libs", "tools", "dev")
 # A torch both backends take (no zentorch pairs with 2.15.0: zendnn's default is older than onednn's).
@@ -76,13 +76,13 @@ def test_each_builder_names_its_own_images(plan_for):
 def test_a_patch_renames_the_stage_that_applies_it_and_those_after_it(plan_for, monkeypatch, tmp_path):
     """Two checkouts that differ in a patch to numpy build different tools images: one name for
     both would let one replace the other, and a registry's image of that name hold the wrong one."""
-    import torchstack.metadata
+    import torchstack.request.metadata
 
     unpatched = plan_for(backend="onednn")
     (tmp_path / "numpy").mkdir()
     (tmp_path / "numpy" / "series").write_text("0001-fix.patch\n")
     (tmp_path / "numpy" / "0001-fix.patch").write_text("--- a/x\n+++ b/x\n")
-    monkeypatch.setattr(torchstack.metadata, "PATCHES", tmp_path)
+    monkeypatch.setattr(torchstack.request.metadata, "PATCHES", tmp_path)
     patched = plan_for(backend="onednn")
     assert images(patched)["libs"] == images(unpatched)["libs"]
     assert images(patched)["tools"] != images(unpatched)["tools"] and images(patched)["dev"] != images(unpatched)["dev"]

@@ -5,8 +5,8 @@ import itertools
 import pytest
 
 from tests.conftest import NOW
-from torchstack.errors import UsageProblem
-from torchstack.tags import check_repository, check_tag, default_release, release_tag
+from torchstack.base.errors import UsageProblem
+from torchstack.request.tags import check_repository, check_tag, default_release, release_tag
 
 
 def test_the_canonical_tag():

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from torchstack.errors import UsageProblem
-from torchstack.host import cpu_features, default_jobs, resolve_native
+from torchstack.base.errors import UsageProblem
+from torchstack.request.host import cpu_features, default_jobs, resolve_native
 
 SAMPLES = Path(__file__).parent / "cpuinfo"
 
@@ -51,7 +51,7 @@ def test_an_unknown_cpu_is_an_error_not_a_guess(catalog):
 
 
 def test_native_prints_its_resolution_in_the_plan(plan_for, monkeypatch):
-    monkeypatch.setattr("torchstack.host.host_arch", lambda: "aarch64")
+    monkeypatch.setattr("torchstack.request.host.host_arch", lambda: "aarch64")
     plan = plan_for(build_target="native", cpuinfo=(SAMPLES / "neoverse-n1.txt").read_text())
     assert plan.target.name == "neoverse-n1"
     assert "native resolved to neoverse-n1" in plan.target_note

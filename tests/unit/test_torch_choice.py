@@ -13,9 +13,9 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from tests.unit.test_plugins import run_cli
-from torchstack.component import TorchRelease
-from torchstack.errors import UsageProblem
-from torchstack.model import ROOT
+from torchstack.base.errors import UsageProblem
+from torchstack.catalog.component import TorchRelease
+from torchstack.catalog.model import ROOT
 
 
 def wheel(version: str, python: str, arch: str = "x86_64") -> str:

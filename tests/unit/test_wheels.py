@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from torchstack.errors import UsageProblem
-from torchstack.wheels import complex_dot_defect, pip_conf_text, pip_index_settings
+from torchstack.base.errors import UsageProblem
+from torchstack.catalog.wheels import complex_dot_defect, pip_conf_text, pip_index_settings
 
 
 def make_wheel(folder, name, files):

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from tests.conftest import dev_tool
 from torchstack.cli import make_cli
-from torchstack.matrix import jobs
+from torchstack.request.matrix import jobs
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "images.yml"

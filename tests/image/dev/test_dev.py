@@ -5,7 +5,8 @@ import shlex
 
 import pytest
 
-from torchstack import layout, torch_choice
+from torchstack.base import layout
+from torchstack.catalog import torch_choice
 
 TEST_DEPS = "/tmp/torchstack-own-tests"  # the checks' own folder: the packages PyTorch's tests need
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from torchstack import layout
-from torchstack.host import host_arch
+from torchstack.base import layout
+from torchstack.request.host import host_arch
 
 REPORT_MARK = "torchstack-report: "
 # Complex dot/vdot/mm against a reference without BLAS: a file of its own (run by hand in an image too).

@@ -19,10 +19,10 @@ from packaging.utils import canonicalize_name
 
 from tests.image.engine_host import engine_host
 from tests.image.libs.test_libs import assert_openblas_is_the_openmp_build
-from torchstack import layout, sharing
-from torchstack.host import host_arch
-from torchstack.layout import EXAMPLES_DIR as EXAMPLES
-from torchstack.tags import tag_version
+from torchstack.base import layout, sharing
+from torchstack.base.layout import EXAMPLES_DIR as EXAMPLES
+from torchstack.request.host import host_arch
+from torchstack.request.tags import tag_version
 
 # What torch.compile needs at run time ("full" runtime); a "slim" image ships none of it.
 COMPILERS = ("gcc", "g++", "cc", "c++", "cpp", "as", "ld")

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from torchstack import layout
+from torchstack.base import layout
 
 
 def _dpkg(host) -> dict[str, str]:

@@ -7,7 +7,7 @@ import shlex
 
 import pytest
 
-from torchstack import layout
+from torchstack.base import layout
 
 # A model through a torch.compile backend against eager mode; the backend's name is argv[1], the
 # module that registers it argv[2]. Eager runs first: a backend may rewrite the module's weights in

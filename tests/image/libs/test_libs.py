@@ -2,7 +2,7 @@
 
 import pytest
 
-from torchstack.layout import LD_SO_CONF, PAYLOAD_DIR
+from torchstack.base.layout import LD_SO_CONF, PAYLOAD_DIR
 
 
 def _components(ours, catalog, stage="libs", method=None):

@@ -1,0 +1,103 @@
+"""A build's command line settled once, before any work, into the final plan with what it will push or sign."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from collections.abc import Mapping
+
+from torchstack.base import state
+from torchstack.base.errors import HostNotReady, ToolkitError, UsageProblem
+from torchstack.build import sources
+from torchstack.catalog.model import Catalog
+from torchstack.catalog.wheels import download_from_index, download_wheel
+from torchstack.engines import buildkit
+from torchstack.publishing import lazy, signing
+from torchstack.registries import registry
+from torchstack.request import requirements, tags
+from torchstack.request.options import check_json_file, request_from
+from torchstack.request.plan import Plan, Request
+from torchstack.request.planner import make_plan
+from torchstack.request.run_options import RunOptions
+
+
+@dataclasses.dataclass(frozen=True)
+class Settled:
+    """What a build does, settled: the pipeline only carries it out."""
+
+    request: Request
+    plan: Plan  # made once, from the resolved wheel, plugins and requirements
+    run: RunOptions  # the --sign key as cosign will take it
+    pushes: tuple[tuple[str, str], ...]  # (local name, name in the registry) of each image --push sends
+    notes: tuple[str, ...]  # lines the build says first (where the torch wheel came from)
+
+
+def settle(catalog: Catalog, options: Mapping[str, object]) -> Settled:
+    """Every option checked, the inputs resolved and the plan made; a refusal is one line (exit 2)
+    before any stage is built. Needs no engine: the pipeline checks what only the engine can say."""
+    run = RunOptions.from_cli(options)
+    check_json_file(run.json_file)
+    request = request_from(options)
+    _check_publishing(run)
+    if run.buildx_builder and not buildkit.builder_exists(run.buildx_builder):
+        raise UsageProblem(f"--buildx-builder {run.buildx_builder}: no such builder (see `docker buildx ls`)")
+    first = make_plan(catalog, request)  # what to fetch: the wheel and plugins for its architecture and Python
+    if run.sign:
+        run = dataclasses.replace(run, sign=signing.check_key(run.sign, "--sign", private=True))
+    if run.push or run.push_stages:
+        names = tags.wanted(first, run.registry, run.push_stages, checked=not run.no_test)  # before any download
+        registry.check_push_access(names[-1][1])
+    resolved, notes = _resolve_wheel(catalog, request, first)
+    pending = [p.requirement for p in first.plugins if p.wheel is None]
+    resolved = _fetch_plugins(resolved, first, pending, run.pip_index_url)
+    plan = first if resolved == request and not pending else make_plan(catalog, resolved)  # the plan finds fetched wheels
+    missing = [p.requirement for p in plan.plugins if p.wheel is None]
+    if missing:
+        raise ToolkitError(f"pip downloaded no wheel of {', '.join(missing)} for {plan.arch.name} cp{plan.distribution.python}")
+    if plan.requirements:
+        plan = dataclasses.replace(plan, requirements=requirements.resolve(plan, run.pip_index_url))
+    pushes = tags.wanted(plan, run.registry, run.push_stages, checked=not run.no_test) if run.push or run.push_stages else []
+    return Settled(resolved, plan, run, tuple(pushes), tuple(notes))
+
+
+def _check_publishing(run: RunOptions) -> None:
+    """What --compression, --lazy and --sign need besides --push."""
+    lazy.check(run.lazy, run.push, run.compression)  # first: its refusals of the options come before any tool's
+    if run.compression == "zstd":
+        if not run.push:
+            raise UsageProblem("--compression zstd applies to what --push sends: add --push and --registry")
+        if shutil.which("skopeo") is None:
+            raise HostNotReady("missing skopeo, which writes --compression zstd's layers: bash scripts/setup-host.sh installs it")
+    if run.sign and not run.push:
+        raise UsageProblem("--sign signs what --push sends: add --push and --registry")
+
+
+def _resolve_wheel(catalog: Catalog, request: Request, plan: Plan) -> tuple[Request, list[str]]:
+    """A torch wheel named by URL or index is downloaded now, and the request names the file; with a
+    line saying where an index's wheel came from."""
+    spec = plan.torch_wheel
+    if spec is None or spec.kind in ("file", "dir"):
+        return request, []
+    notes = []
+    dest = state.state_dir() / "wheels"
+    if spec.kind == "index":
+        index = spec.where or catalog.components["torch"].alternatives["wheel"].index
+        path, origin = download_from_index(dest, plan.arch.name, plan.distribution.python, plan.torch_version, index)
+        notes.append(f"torchstack: torch wheel {path.name} from {origin}")
+    else:
+        path = dest / spec.where.rsplit("/", 1)[-1].split("#")[0]
+        if not path.is_file():
+            sources.download(spec.where, path)
+    return dataclasses.replace(request, torch_wheel=str(path)), notes
+
+
+def _fetch_plugins(request: Request, plan: Plan, pending: list[str], index_url: str | None) -> Request:
+    """The plugin wheels `pending` (named NAME==VERSION, or a backend's own plugin) downloaded now, into
+    the folder the request names: the final plan finds them there, and checks their torch requirements."""
+    if not pending:
+        return request
+    if request.plugin_cache is None:
+        request = dataclasses.replace(request, plugin_cache=state.state_dir() / "plugins")
+    for requirement in pending:
+        download_wheel(request.plugin_cache, plan.arch.name, plan.distribution.python, requirement, index_url)
+    return request
