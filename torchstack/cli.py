@@ -16,8 +16,7 @@ from torchstack.base import sharing
 from torchstack.base.errors import DataError, ToolkitError, UsageProblem
 from torchstack.base.sharing import Terminated
 from torchstack.catalog.model import COMMAND, Catalog, load_catalog
-from torchstack.engines.connection import choose, connect
-from torchstack.engines.engine import builder_for, why_not_reproducible
+from torchstack.engines.connection import choose, connect, why_not_reproducible
 from torchstack.reports.reports import backend_details, format_plan
 from torchstack.request.options import archive_options, build_options, engine_option, plan_options, request_from, writable_folder
 from torchstack.request.plan import Request
@@ -249,7 +248,7 @@ def _bootstrap_command(catalog: Catalog) -> click.Command:
         prerequisites.require(plan, bootstrap=True)
         apt.require_suites(plan.apt)
         client, chosen = connect(choose(engine))
-        image = bootstrap.ensure_base_image(builder_for(client, chosen, plan.builder), plan, force=force)
+        image = bootstrap.ensure_base_image(chosen.builder(client, plan.builder), plan, force=force)
         click.echo(image)
 
     return bootstrap_command

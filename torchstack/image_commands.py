@@ -12,7 +12,7 @@ from torchstack.base import sharing
 from torchstack.base.errors import ToolkitError, UsageProblem
 from torchstack.base.state import state_dir
 from torchstack.catalog.model import Catalog
-from torchstack.engines.connection import ENGINES, choose, cli_refused, connect
+from torchstack.engines.connection import ENGINES, choose, connect
 from torchstack.reports.reports import format_inspection
 from torchstack.request import tags
 from torchstack.request.options import engine_option, writable_folder
@@ -81,7 +81,7 @@ def inspect_command(catalog: Catalog) -> click.Command:
         try:
             found, info, text = sbom.read_image(client, image)
         except docker.errors.ImageNotFound:
-            raise UsageProblem(f"{image}: no such image here ({chosen.kind} pull it first)") from None
+            raise UsageProblem(f"{image}: no such image here ({chosen.cli} pull it first)") from None
         except KeyError:
             raise UsageProblem(f"{image}: not a torchstack image (no {sbom.BUILD_INFO_LABEL} label)") from None
         report = {
@@ -126,7 +126,7 @@ def test_command(catalog: Catalog) -> click.Command:
         # A check run killed outright (SIGKILL) leaves its containers: the next run removes them.
         for line in sharing.sweep(client, state_dir() / "contexts"):
             click.echo(line, err=True)
-        refused = cli_refused(chosen)
+        refused = chosen.cli_refused()
         if refused:
             raise UsageProblem(refused)
         result = checks.run_checks(client, chosen, catalog, image, backend=backend, stage=stage, select=select)

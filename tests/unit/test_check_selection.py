@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 
 from torchstack.base.errors import UsageProblem
-from torchstack.engines.connection import Engine
+from torchstack.engines.connection import engine_of
 from torchstack.verify import checks
 from torchstack.verify.checks import CHECKS, stage_lineage
 
@@ -49,7 +49,7 @@ def test_a_torn_record_counts_as_no_pass(tmp_path, monkeypatch):
     assert [p.name for p in (tmp_path / "checks").iterdir()] == ["aa.json"]
 
 
-DOCKER = Engine("docker", "unix:///var/run/docker.sock", "the default")
+DOCKER = engine_of("docker", "unix:///var/run/docker.sock", "the default")
 
 
 def selection_tree(tmp_path, monkeypatch):

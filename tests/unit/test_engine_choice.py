@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from torchstack.catalog.model import ROOT
 from torchstack.cli import make_cli
 from torchstack.engines import connection
-from torchstack.engines.connection import Engine, choose
+from torchstack.engines.connection import choose, engine_of
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def test_the_engine_chosen_and_why(sockets, wanted, environ, present, expected):
         if name in present:
             path.touch()
     kind, url, why = expected
-    assert choose(wanted, environ, uid=0) == Engine(kind, url.format(docker=docker_socket, podman=podman_socket), why)
+    assert choose(wanted, environ, uid=0) == engine_of(kind, url.format(docker=docker_socket, podman=podman_socket), why)
 
 
 def test_a_rootless_user_gets_podman_under_its_runtime_folder():
@@ -124,7 +124,7 @@ def test_a_wheel_build_takes_buildkit_where_the_engine_builds_with_it_by_default
             return {"Version": engine_version, "Components": [{"Name": "Engine"}]}
 
     monkeypatch.setattr("torchstack.engines.buildkit.available", lambda: buildx)
-    monkeypatch.setattr("torchstack.engines.engine.docker.DockerClient", Client)
+    monkeypatch.setattr("torchstack.engines.connection.docker.DockerClient", Client)
     result = CliRunner().invoke(cli, ["plan", "--engine", "docker", "--torch-from", "wheel", "--openblas-from", "distro"])
     assert result.exit_code == 0, result.output
     assert f"builder       {builder}" in result.output
@@ -181,9 +181,9 @@ def test_an_engine_that_is_not_the_one_asked_for_is_one_line(monkeypatch):
 
     monkeypatch.setattr(connection.docker, "DockerClient", Client)
     with pytest.raises(connection.UsageProblem, match="--engine docker, but the engine at unix:///x.sock is Podman 4.3.1"):
-        connection.connect(Engine("docker", "unix:///x.sock", "--engine docker, DOCKER_HOST"))
-    _, found = connection.connect(Engine("docker", "unix:///x.sock", "DOCKER_HOST"))
-    said = Engine("podman", "unix:///x.sock", "DOCKER_HOST; the engine says it is Podman", "4.3.1", "1.41", "1.24", "overlay")
+        connection.connect(engine_of("docker", "unix:///x.sock", "--engine docker, DOCKER_HOST"))
+    _, found = connection.connect(engine_of("docker", "unix:///x.sock", "DOCKER_HOST"))
+    said = engine_of("podman", "unix:///x.sock", "DOCKER_HOST; the engine says it is Podman", "4.3.1", "1.41", "1.24", "overlay")
     assert found == said
 
 
@@ -199,7 +199,7 @@ CONTAINERD_INFO = {"Driver": "overlayfs", "DriverStatus": [["driver-type", "io.c
     ],
 )
 def test_the_engine_says_once_where_it_keeps_images_and_what_its_sizes_count(version, info, store, sizes, buildkit):
-    found = connection.described(Engine("docker", "unix:///x.sock", "test"), {"Version": version, "MinAPIVersion": "1.44"}, info)
+    found = connection.described(engine_of("docker", "unix:///x.sock", "test"), {"Version": version, "MinAPIVersion": "1.44"}, info)
     assert (found.store, found.containerd_store, found.sizes, found.buildkit_default) == (store, store == "containerd", sizes, buildkit)
     assert found.release() == {"kind": "docker", "version": version, "store": store}
 
@@ -211,10 +211,10 @@ def test_a_docker_command_older_than_the_engines_api_floor_is_refused_in_one_lin
     cli.write_text("#!/bin/sh\necho 1.41\n")
     cli.chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
-    engine = Engine("docker", "unix:///x.sock", "test", "29.1.3", "1.52", "1.44", "containerd")
-    refused = connection.cli_refused(engine)
+    engine = engine_of("docker", "unix:///x.sock", "test", "29.1.3", "1.52", "1.44", "containerd")
+    refused = engine.cli_refused()
     assert refused and "speaks API 1.41" in refused and "accepts 1.44 and later" in refused, refused
-    assert connection.cli_refused(dataclasses.replace(engine, min_api_version="1.24")) is None
+    assert dataclasses.replace(engine, min_api_version="1.24").cli_refused() is None
 
 
 @pytest.mark.parametrize(
@@ -309,12 +309,12 @@ def test_setup_host_refuses_a_python_it_cannot_make_the_venv_with_in_one_line(tm
     ("version", "refused"), [("3.4.4", True), ("4.2.0", True), ("4.3.1", False), ("5.4.2", False), ("6.0.0-dev", False)]
 )
 def test_a_podman_older_than_the_oldest_tried_is_refused_before_any_build(version, refused):
-    engine = Engine("podman", "unix:///run/podman/podman.sock", "test", version, "1.41", "1.24", "overlay")
-    said = connection.too_old_to_build(engine)
+    engine = engine_of("podman", "unix:///run/podman/podman.sock", "test", version, "1.41", "1.24", "overlay")
+    said = engine.too_old_to_build()
     assert (said is not None) == refused, said
     if refused:
         assert (
             said
             == f"Podman {version} at unix:///run/podman/podman.sock is older than 4.3, the oldest the toolkit builds with: upgrade Podman"
         )
-    assert connection.too_old_to_build(dataclasses.replace(engine, kind="docker", version="20.10.24")) is None
+    assert engine_of("docker", engine.url, "test", "20.10.24").too_old_to_build() is None

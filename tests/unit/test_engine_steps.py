@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from torchstack.engines.builders import LegacyBuilder
 from torchstack.engines.buildjob import BuildJob
-from torchstack.engines.connection import Engine
-from torchstack.engines.engine import LegacyBuilder
+from torchstack.engines.connection import engine_of
 from torchstack.engines.oci_build import oci_dockerfile
 
 
@@ -41,7 +41,7 @@ def stream(*steps: tuple[str, bool]) -> list[dict]:
 
 
 def build(chunks) -> tuple:
-    builder = LegacyBuilder(FakeClient(chunks), Engine("docker", "unix:///x.sock", "test"))
+    builder = LegacyBuilder(FakeClient(chunks), engine_of("docker", "unix:///x.sock", "test"))
     return builder.build(BuildJob(Path("/ctx"), "t:1", "linux/amd64", {}, "tools", Path("/log")))
 
 

@@ -29,8 +29,11 @@ def name_of(path) -> str:
 
 def imports_of(path) -> set[str]:
     """The package's modules `path` imports, as FOLDER/NAME."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    found, tree = set(), ast.parse(path.read_text())
+    for node in ast.walk(tree):  # for a type's name only: not an import at run time
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            node.body = []
+    for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("torchstack"):
             parts = node.module.split(".")[1:]
             if (PACKAGE / "/".join(parts)).with_suffix(".py").is_file():
@@ -106,3 +109,45 @@ def test_no_function_takes_more_than_8_parameters():
                 if len(names) > 8:
                     many[f"{path.name}:{node.name}"] = len(names)
     assert not many, many
+
+
+# The words of engine kinds and builders: what only the engines' own code may compare.
+ENGINE_WORDS = {"docker", "podman", "buildx", "buildkit", "legacy", "buildah"}
+
+
+def _compared_words(node: ast.Compare) -> set[str]:
+    parts = [node.left, *node.comparators]
+    return {n.value for part in parts for n in ast.walk(part) if isinstance(n, ast.Constant) and n.value in ENGINE_WORDS}
+
+
+def _asks_kind(node: ast.Compare) -> bool:
+    """`engine.kind == ...`, `chosen.kind != ...`: an engine asked which kind it is."""
+    kinds = [n for part in (node.left, *node.comparators) for n in ast.walk(part) if isinstance(n, ast.Attribute) and n.attr == "kind"]
+    return any(word in ast.unparse(n.value) for n in kinds for word in ("engine", "chosen"))
+
+
+def test_outside_the_engines_nothing_asks_which_engine_or_builder_it_has():
+    """What differs between engines and builders is a property or a method of theirs (engines/):
+    no other module compares an engine's kind or a builder's name, or reaches into an SDK client's
+    private attributes (`client.api._post`)."""
+    found = []
+    for path in MODULES:
+        if "engines" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare) and (_compared_words(node) or _asks_kind(node)):
+                found.append(f"{name_of(path)}:{node.lineno}: {ast.unparse(node)}")
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                owner = ast.unparse(node.value).rsplit(".", 1)[-1]
+                if owner in ("api", "client"):
+                    found.append(f"{name_of(path)}:{node.lineno}: {ast.unparse(node)}")
+    assert not found, found
+
+
+def test_the_code_reading_test_finds_what_it_is_for():
+    """The test above, on code that does what it forbids: it must not pass by reading nothing."""
+    code = 'if engine.kind == "podman": pass\nif plan.builder == "buildx": pass\nclient.api._post(url)\n'
+    tree = ast.parse(code)
+    compares = [n for n in ast.walk(tree) if isinstance(n, ast.Compare)]
+    assert _asks_kind(compares[0]) and _compared_words(compares[1]) == {"buildx"}
+    assert any(isinstance(n, ast.Attribute) and n.attr == "_post" for n in ast.walk(tree))

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from torchstack.base.errors import UsageProblem
 from torchstack.cli import make_cli
-from torchstack.engines.connection import Engine
+from torchstack.engines.connection import engine_of
 from torchstack.verify import rebuild
 
 
@@ -68,7 +68,7 @@ def test_a_rebuild_on_another_image_store_is_refused_in_one_line():
     """Docker's overlay2 store writes opaque whiteouts and lock files into the layers that its
     containerd store does not: the same steps, other layers. Another release of the same store is tried."""
     built_on = {"engine": {"kind": "docker", "store": "containerd"}}
-    overlay = Engine("docker", "unix:///x.sock", "test", "29.1.3", "1.52", "1.44", "overlay2")
+    overlay = engine_of("docker", "unix:///x.sock", "test", "29.1.3", "1.52", "1.44", "overlay2")
     with pytest.raises(UsageProblem, match="built on Docker with the containerd image store; this engine is Docker with the overlay2"):
         rebuild.check_engine("img", built_on, overlay)
     rebuild.check_engine("img", built_on, dataclasses.replace(overlay, version="29.2.0", store="containerd"))

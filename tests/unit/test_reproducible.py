@@ -20,8 +20,7 @@ from torchstack.build.render import assemble_context, render_dockerfile
 from torchstack.cli import make_cli
 from torchstack.engines.buildjob import BuildJob
 from torchstack.engines.buildkit import buildx_command, image_id_from
-from torchstack.engines.connection import Engine
-from torchstack.engines.engine import builder_for
+from torchstack.engines.connection import engine_of
 from torchstack.publishing import provenance
 from torchstack.request.metadata import build_info
 from torchstack.request.plan import Suite
@@ -72,8 +71,8 @@ def test_the_dry_run_names_the_images_date_and_whether_this_engine_rebuilds_them
 def test_a_current_dockers_buildkit_and_podman_builds_are_claimed_reproducible(kind, builder, current, said):
     """Docker 20.10 stamps the clock whether its legacy builder or its old BuildKit builds; Podman
     builds in the OCI format with every date given (oci_build.py)."""
-    engine = Engine(kind, "unix:///x.sock", "test", version="26.1.5" if current else "20.10.24")
-    why = builder_for(None, engine, builder).why_not_reproducible()
+    engine = engine_of(kind, "unix:///x.sock", "test", version="26.1.5" if current else "20.10.24")
+    why = engine.builder(None, builder).why_not_reproducible()
     assert why is None if said is None else why.startswith(said), why
 
 

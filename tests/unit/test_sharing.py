@@ -141,8 +141,8 @@ def test_a_run_on_another_engine_does_not_wait_for_an_image_of_the_same_name(tmp
     from torchstack.engines import connection
 
     monkeypatch.setattr(building.state, "state_dir", lambda: tmp_path)
-    docker_engine = connection.Engine("docker", "unix:///var/run/docker.sock", "the default")
-    podman_engine = connection.Engine("podman", "unix:///run/podman/podman.sock", "--engine podman")
+    docker_engine = connection.engine_of("docker", "unix:///var/run/docker.sock", "the default")
+    podman_engine = connection.engine_of("podman", "unix:///run/podman/podman.sock", "--engine podman")
     name = "torchstack-final:r26.11-torch-2.13.0-onednn"
     held, release = threading.Event(), threading.Event()
 

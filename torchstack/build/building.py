@@ -10,9 +10,10 @@ from torchstack.base import reproducible, sharing, state
 from torchstack.base.errors import ToolkitError
 from torchstack.build import bootstrap
 from torchstack.build.render import BuildSecrets, assemble_context
-from torchstack.engines import connection, engine
+from torchstack.engines import engine
+from torchstack.engines.builders import BuildRun
 from torchstack.engines.buildjob import BuildJob, BuildProgress
-from torchstack.engines.engine import BuildRun
+from torchstack.engines.engine import Engine
 from torchstack.registries import registry
 from torchstack.reports.progress import BuildView, StageReport
 from torchstack.request import tags
@@ -65,7 +66,7 @@ def _cache_source(client, plan: Plan, stage: StagePlan, registry: str | None, no
     return _pull_cache(client, plan, registry, tags.pushed_as(plan, stage), note)
 
 
-def _podman_stage(client, plan: Plan, stage: StagePlan, run: RunOptions, note) -> str | None:
+def _taken_by_name(client, plan: Plan, stage: StagePlan, run: RunOptions, note) -> str | None:
     """On Podman, an earlier stage whose image is here, or in the --cache-from registry, under its
     content name (metadata.stage_image: a digest of everything that goes into it) is taken as it
     is: "cached" or "pulled"; None when it is to be built (always the release stage, whose name is
@@ -95,7 +96,7 @@ def base_image(build: BuildRun, plan: Plan, run: RunOptions) -> str:
     return bootstrap.ensure_base_image(build.builder, plan)
 
 
-def lock(chosen: connection.Engine, name: str, view: BuildView):
+def lock(chosen: Engine, name: str, view: BuildView):
     """Hold `name` on the engine `chosen` among this host's runs (sharing.lock), saying so when
     this run waits. Per engine, by its API socket: another engine on this host (a second dockerd,
     Podman) keeps images of the same names in a store of its own, and builds them meanwhile."""
@@ -118,7 +119,7 @@ def build_stages(
         assemble_context(plan, stage, build.contexts / stage.name, source_files, secrets)
         progress = view.start(report)
         with lock(build.engine, stage.image, view):
-            taken = _podman_stage(client, plan, stage, run, view.note) if build.engine.kind == "podman" else None
+            taken = _taken_by_name(client, plan, stage, run, view.note) if build.engine.takes_stages_by_name else None
             if taken:
                 report.status, report.cached, report.seconds = taken, True, time.monotonic() - progress.started
                 report.size_bytes = engine.image_size(client, stage.image)
@@ -150,11 +151,11 @@ def _stage_job(
 ) -> BuildJob:
     """What building `stage` asks of the builder: its context, tag, labels, the images whose steps it
     may reuse (--cache-from), its dates (reproducible.py), its secrets."""
-    cache, reads = (), build.builder.reads_cache
-    if run.cache_from and reads == "registry":  # BuildKit asks the registry itself, and says nothing when it lacks the image
+    cache, reads = (), build.builder
+    if run.cache_from and reads.reads_cache_from_registry:  # BuildKit asks the registry itself, and says nothing when it lacks the image
         cache = (tags.remote_name(run.cache_from, tags.pushed_as(plan, stage)),)
         _say_if_unreadable(cache[0], view.note)
-    elif run.cache_from and reads == "images":
+    elif run.cache_from and reads.reads_cache_from_images:
         cache = tuple(filter(None, [_cache_source(build.client, plan, stage, run.cache_from, view.note)]))
     return BuildJob(
         context=build.contexts / stage.name,

@@ -78,7 +78,7 @@ def _secret_uses(plan: Plan, secrets: BuildSecrets) -> list[dict[str, str]]:
     uses = []
     for key in secrets.files():
         file, env = BuildSecrets.PLACES[key]
-        path = f"/run/secrets/{key}" if plan.builder == "buildx" else f"/tmp/torchstack-{file}"
+        path = f"/run/secrets/{key}" if plan.step_mounts else f"/tmp/torchstack-{file}"
         uses.append({"id": key, "file": file, "env": env, "path": path})
     return uses
 
@@ -86,7 +86,7 @@ def _secret_uses(plan: Plan, secrets: BuildSecrets) -> list[dict[str, str]]:
 def _builder_values(plan: Plan) -> dict:
     """What the templates' preamble needs: BuildKit's or not, and BuildKit's shell that clamps each step's file times."""
     return {
-        "buildkit": plan.builder == "buildx",
+        "buildkit": plan.step_mounts,
         "file_epoch": reproducible.FILE_EPOCH,
         "clamp": json.dumps(reproducible.clamping_shell())[1:-1],
     }
@@ -283,7 +283,7 @@ def assemble_context(
                 missing.append(posixpath.basename(c.env["WHEEL"]))
     if stage.name == RELEASE_STAGE:
         missing += _release_files(plan, dest)
-    if plan.builder != "buildx":
+    if not plan.step_mounts:
         for key, path in secrets.files().items():
             name = BuildSecrets.PLACES[key][0]
             if f"COPY {name} " in dockerfile:

@@ -37,7 +37,7 @@ class RecipeInputs:
     jobs: int
     torch_jobs: int
     torch_version: str
-    builder: str  # docker | buildx (BuildKit keeps a compiler cache across builds)
+    cache_mount: bool  # the builder keeps a compiler cache across builds (BuildKit's cache mount)
     wheel_name: str
     exported: dict[str, str]  # the exports of the components it `uses` that the build has
     runtime_requirements: tuple[str, ...] = ()  # what it pulls in at run time, pinned (torch: its release's, torch.yaml)
@@ -48,7 +48,7 @@ class RecipeInputs:
 
     @property
     def ccache(self) -> bool:
-        return self.compiles and self.builder == "buildx"
+        return self.compiles and self.cache_mount
 
 
 Recipe = Callable[[RecipeInputs], dict[str, str]]

@@ -1,228 +1,125 @@
-"""What builds images on the chosen engine: the one place a builder is picked, how each builds one image, what it vouches for."""
+"""An engine as the toolkit holds it: what it says it is, what its kind does differently, the images in it."""
 
 from __future__ import annotations
 
-import re
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
 import docker
 import docker.errors
 
-from torchstack.engines import buildkit, oci_build
-from torchstack.engines.buildjob import BuildJob, BuildProgress, BuildResult
-from torchstack.engines.connection import Engine
+from torchstack.base.errors import UsageProblem
 
-# Docker's legacy builder says "Step 3/9 : RUN ..." and "---> Using cache"; Podman's (buildah) says
-# "[2/3] STEP 3/9: RUN ..." (the prefix in multi-stage builds) and "--> Using cache 1f2e...".
-_STEP = re.compile(r"^(?:\[\d+/\d+\] )?(?:Step|STEP) (\d+)/(\d+) ?: (.*)$")
-_USING_CACHE = re.compile(r"^-{2,3}> Using cache\b")
-_IMAGE_ID = re.compile(r"[0-9a-f]{64}")
+if TYPE_CHECKING:
+    from torchstack.engines.builders import Builder
+
+SETUP = "scripts/setup-host.sh"
 
 
 @dataclass(frozen=True)
-class Builder:
-    """A way of building on an engine. Each kind says, in one place, its name in the summary, how it
-    builds one image (BuildJob), whether a step may start FROM an image ID, and why its images cannot
-    be made again bit for bit (None where they can)."""
+class Engine:
+    """An engine as chosen, then (connection.connect) as it says it is: its release, API versions, image
+    store. Each kind (docker_engine.py, podman_engine.py) answers the same questions in its own way:
+    which builder it builds with, what a refused login or TLS failure tells the user to do, what
+    the checks need to reach it, what it cannot do. Callers ask those, never which kind it is."""
 
-    client: docker.DockerClient
-    engine: Engine
-    name = ""  # buildkit | legacy | buildah
-    builds_from_ids = True  # BuildKit reads `FROM sha256:...` as a registry's name
-    reads_cache = "images"  # what --cache-from gives it: images here (pulled first), a "registry"'s, or nothing ("")
+    kind: str  # docker | podman: what the summary and the provenance record
+    url: str  # what the Docker SDK connects to: the engine's API socket
+    why: str  # how it was chosen, for the plan and the summary
+    version: str = ""  # its release, as /version says (empty until connected)
+    api_version: str = ""  # the newest API it speaks
+    min_api_version: str = ""  # the oldest API it accepts (Docker 29: 1.44)
+    store: str = ""  # where it keeps images: containerd (Docker's containerd image store), overlay2, ... (podman: its storage driver)
 
-    def build(self, job: BuildJob) -> BuildResult:
+    cli: ClassVar[str] = ""  # its command, as messages name it
+    takes_stages_by_name: ClassVar[bool] = False  # an earlier stage here (or pulled) under its content name is taken as it is
+    push_streams_layers: ClassVar[bool] = True  # its push API reports each layer as it goes (Podman's says only the digest)
+    refusals: ClassVar[Mapping[str, str]] = {}  # option -> why this kind cannot carry it out (refuse)
+
+    @property
+    def containerd_store(self) -> bool:
+        """Docker's containerd image store (Docker 29's default on a new install): an image's ID is
+        the digest of its manifest (or index), its size the compressed content's."""
+        return False
+
+    @property
+    def buildkit_default(self) -> bool:
+        """Whether it builds with BuildKit by default: Docker 23 and later."""
+        return False
+
+    @property
+    def sizes(self) -> str:
+        """What its image sizes count, in the summary's words."""
+        return "compressed" if self.containerd_store else "unpacked"
+
+    def describe(self) -> str:
+        said = f"{self.kind.capitalize()} {self.version}, {self.store} image store, " if self.version else ""
+        return f"{self.kind} at {self.url} ({said}{self.why})"
+
+    def release(self) -> dict:
+        """Its kind, release and image store, as the summary and the provenance record them."""
+        return {"kind": self.kind, "version": self.version, "store": self.store}
+
+    def layers_made_by(self) -> dict:
+        """What decides the layers a step makes: the kind and the image store (Docker's overlay2 store
+        writes whiteouts and lock files its containerd store does not). The release image's build-info
+        records it, so a rebuild runs where the layers come out the same; not the release, which would
+        make every engine update a new image."""
+        return {"kind": self.kind, "store": self.store}
+
+    # What each kind answers in its own way.
+
+    def builder_word(self, choice: str, compiles_torch: bool, buildx_installed: bool) -> str:
+        """--builder auto settled on this engine, in --builder's words (docker | buildx)."""
         raise NotImplementedError
 
-    def why_not_reproducible(self) -> str | None:
+    def builder(self, client: docker.DockerClient, wanted: str, buildx_builder: str | None = None) -> Builder:
+        """The builder a plan's `wanted` (--builder's word, settled) means on this engine."""
+        raise NotImplementedError
+
+    def login_hint(self, host: str) -> str:
+        """What a registry's refused login tells the user to do."""
+        raise NotImplementedError
+
+    def tls_hint(self, host: str) -> str:
+        """What a push that failed on TLS tells the user to do."""
+        raise NotImplementedError
+
+    def reached_by(self) -> dict[str, str]:
+        """The environment through which the checks (the SDK, testinfra's CLI) reach this engine."""
+        return {"DOCKER_HOST": self.url}
+
+    def too_old_to_build(self) -> str | None:
+        """Why the connected engine cannot build the toolkit's images; None where it can."""
         return None
 
+    def cli_refused(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """Why the engine's command here cannot drive it (buildx builds, the checks' `exec`); None where it can."""
+        return None
 
-@dataclass(frozen=True)
-class LegacyBuilder(Builder):
-    """Docker's legacy builder, through the engine's API: streamed, tagged by the engine after its last step."""
+    def unreachable(self, exc: Exception) -> str:
+        """What to start or install when nothing answers at its URL."""
+        raise NotImplementedError
 
-    name = "legacy"
-
-    def build(self, job: BuildJob) -> BuildResult:
-        return _streamed(self.client, job, _legacy_stream(self.client, job), podman=False)
-
-    def why_not_reproducible(self) -> str | None:
-        return (
-            "Docker's legacy builder stamps the build's clock on every image: two builds of one request differ "
-            "(BuildKit, the default builder of Docker 23 and later, does not)"
-        )
-
-
-@dataclass(frozen=True)
-class PodmanBuilder(Builder):
-    """Podman's buildah through its own build endpoint, in the OCI format, every date given (oci_build.py)."""
-
-    name = "buildah"
-    reads_cache = ""  # its build API reads cache sources as buildah's own cache repositories
-
-    def build(self, job: BuildJob) -> BuildResult:
-        stream = oci_build.stream(self.client, job.context, job.platform, job.labels, job.nocache, job.timestamp, job.step_environment)
-        return _streamed(self.client, job, stream, podman=True)
-
-
-@dataclass(frozen=True)
-class BuildKitBuilder(Builder):
-    """BuildKit through `docker buildx` (buildkit.py), on the engine's own builder or the one --buildx-builder names."""
-
-    buildx_builder: str | None = None
-    name = "buildkit"
-    builds_from_ids = False
-    reads_cache = "registry"
-
-    def build(self, job: BuildJob) -> BuildResult:
-        return buildkit.build(job, self.engine.containerd_store, self.buildx_builder)
-
-    def why_not_reproducible(self) -> str | None:
-        if self.engine.buildkit_default:
-            return None
-        return (
-            "this Docker release's BuildKit predates SOURCE_DATE_EPOCH (Docker 23 and later have it): "
-            "it stamps the build's clock on every image"
-        )
-
-
-@dataclass(frozen=True)
-class BuildRun:
-    """A running build as the modules that build, check and push take it: the engine's builder (and so
-    the client and the engine as it says it is), this run's build contexts, its log."""
-
-    builder: Builder
-    contexts: Path  # this run's private folder (sharing.private_folder): a context per image it builds
-    log_path: Path
-    note: Callable[[str], None]  # a line for the person watching (progress.BuildView.note)
-
-    @property
-    def client(self) -> docker.DockerClient:
-        return self.builder.client
-
-    @property
-    def engine(self) -> Engine:
-        return self.builder.engine
-
-
-def builder_for(client: docker.DockerClient, engine: Engine, wanted: str, buildx_builder: str | None = None) -> Builder:
-    """The builder a plan's `wanted` ("buildx" or "docker", settled by `resolve`) means on `engine`:
-    the one place the toolkit picks how images are built."""
-    if engine.kind == "podman":
-        return PodmanBuilder(client, engine)
-    if wanted == "buildx":
-        return BuildKitBuilder(client, engine, buildx_builder)
-    return LegacyBuilder(client, engine)
-
-
-def resolve(choice: str, compiles_torch: bool, chosen: Engine) -> str:
-    """--builder auto: BuildKit wherever the engine has it as its default (Docker 23 and later) and
-    buildx is installed, and for a PyTorch compile on any Docker engine (its compiler cache mount);
-    the legacy builder where the engine offers nothing else (Docker 20.10 without buildx, Podman's API).
-    `chosen` need not be connected yet: its release is asked for here when it is not known."""
-    if choice != "auto":
-        return choice
-    if chosen.kind == "podman" or not buildkit.available():
-        return "docker"  # with Podman: its builder, behind the legacy build API
-    return "buildx" if compiles_torch or _described(chosen).buildkit_default else "docker"
-
-
-def why_not_reproducible(chosen: Engine, wanted: str) -> str | None:
-    """The verdict of the builder `wanted` means on `chosen` (connected or not: its release is asked for)."""
-    return builder_for(None, _described(chosen), wanted).why_not_reproducible()
-
-
-def _described(chosen: Engine) -> Engine:
-    """`chosen` with its release, where it answers; as it is where it does not (the build then says why)."""
-    if chosen.version:
-        return chosen
-    try:
-        version = docker.DockerClient(base_url=chosen.url, timeout=10).version()
-    except (docker.errors.DockerException, OSError):
-        return chosen
-    return Engine(chosen.kind, chosen.url, chosen.why, version=str(version.get("Version") or ""))
-
-
-def _streamed(client: docker.DockerClient, job: BuildJob, stream: Iterator[dict], podman: bool) -> BuildResult:
-    """A build through the engine's API, read as it streams: its steps, cached or run, and the image it made.
-
-    The legacy endpoint applies `job.tag` after the last step, so a failed or interrupted build
-    leaves no tag; Podman's own endpoint ends with the ID it made, untagged, which is tagged here."""
-    progress, image_id, steps = job.progress, None, _Steps()
-    try:
-        for chunk in stream:
-            if "error" in chunk:
-                raise job.failure(chunk.get("errorDetail", {}).get("message") or chunk["error"])
-            if "aux" in chunk and "ID" in chunk["aux"]:
-                image_id = chunk["aux"]["ID"]
-            for line in chunk.get("stream", "").splitlines():
-                if podman and _IMAGE_ID.fullmatch(line.strip()):
-                    image_id = f"sha256:{line.strip()}"
-                steps.read(line.strip(), progress)
-                job.log(line)  # after the progress, so that a new step is shown as it starts
-    finally:
-        stream.close()
-    steps.read_end(progress)
-    if podman and image_id is None:
-        raise job.failure("the engine's build ended without naming its image")
-    if image_id is None:
-        image_id = client.images.get(job.tag).id
-    if podman and job.tag:
-        client.api.tag(image_id, *docker.utils.parse_repository_tag(job.tag))
-    seconds = time.monotonic() - progress.started
-    return BuildResult(image_id=image_id, seconds=seconds, cached=steps.seen > 0 and not steps.ran, ran=tuple(steps.ran))
-
-
-def _legacy_stream(client, job: BuildJob) -> Iterator[dict]:
-    """The Docker API's build (Docker's legacy builder, Podman's buildah in the Docker format), decoded."""
-    return client.api.build(
-        path=str(job.context),
-        tag=job.tag,
-        platform=job.platform,
-        labels=dict(job.labels),
-        nocache=job.nocache,
-        rm=True,
-        forcerm=True,
-        pull=False,
-        network_mode="host",
-        cache_from=list(job.cache_from) or None,
-        decode=True,
-    )
-
-
-@dataclass
-class _Steps:
-    """The legacy builder's steps as its output names them: how many, and which ran (not cached)."""
-
-    seen: int = 0
-    ran: list[str] = field(default_factory=list)
-    step_cached: bool = True  # the step under way: its instruction is in progress.instruction
-
-    def read(self, line: str, progress: BuildProgress) -> None:
-        match = _STEP.match(line)
-        if match:
-            if not self.step_cached:
-                self.ran.append(progress.instruction)
-            progress.step, progress.steps, progress.instruction = int(match[1]), int(match[2]), oci_build.as_written(match[3])
-            self.step_cached = match[3].upper().startswith("FROM")
-            self.seen += 1
-        elif _USING_CACHE.match(line):
-            progress.cached_steps += 1
-            self.step_cached = True
-        elif line:
-            progress.tail.append(line)
-
-    def read_end(self, progress: BuildProgress) -> None:
-        if not self.step_cached:
-            self.ran.append(progress.instruction)
+    def refuse(self, options: Mapping[str, object]) -> None:
+        """One line, before any work, for an option this engine cannot carry out."""
+        for option, why in self.refusals.items():
+            value = options.get(option)
+            if value and not (option == "builder" and value != "buildx"):
+                raise UsageProblem(why)
 
 
 def image_size(client: docker.DockerClient, image: str) -> int:
     return int(client.images.get(image).attrs.get("Size", 0))
+
+
+def image_exists(client: docker.DockerClient, image: str) -> bool:
+    try:
+        client.images.get(image)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
 
 
 def pull(client: docker.DockerClient, reference: str, platform: str) -> str | None:
@@ -234,9 +131,11 @@ def pull(client: docker.DockerClient, reference: str, platform: str) -> str | No
     return None
 
 
-def image_exists(client: docker.DockerClient, image: str) -> bool:
-    try:
-        client.images.get(image)
-        return True
-    except docker.errors.ImageNotFound:
-        return False
+def reason(exc: Exception) -> str:
+    """What an engine's failure to answer says, in a few words."""
+    return str(exc).split("(")[0].strip() or type(exc).__name__
+
+
+def numbers(version: str) -> tuple[int, ...]:
+    """A release or API version as numbers to compare: "1.44" -> (1, 44)."""
+    return tuple(int(part) for part in version.split(".") if part.isdigit())

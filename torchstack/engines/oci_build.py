@@ -6,9 +6,12 @@ import contextlib
 import json
 import re
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 
 import docker
+import podman
+import podman.errors
+
+from torchstack.engines.buildjob import BuildJob
 
 # Podman builds the same image twice only in the OCI format: the Docker format's configuration names
 # the build's container and its host name. The OCI format keeps no SHELL, and buildah then runs each
@@ -20,32 +23,45 @@ _BASH = ["/bin/bash", "-o", "pipefail", "-c"]  # every stage's SHELL (templates/
 _RUN = re.compile(r"RUN((?:\s+--\S+)*)\s+(.*)$", re.S)
 
 
-def stream(
-    client, context: Path, platform: str, labels, nocache: bool, timestamp: int, step_environment: Mapping[str, str]
-) -> Iterator[dict]:
-    """Podman's own build endpoint, in the OCI format, `timestamp` the image's date and every file's
-    time: the same steps on the same inputs give the same image. The build's output, decoded; the
-    image untagged (its endpoint names images otherwise than the Docker API does: the caller tags)."""
-    (context / OCI_DOCKERFILE).write_text(oci_dockerfile((context / "Dockerfile").read_text(), step_environment, labels))
+def stream(url: str, version: str, job: BuildJob) -> Iterator[dict]:
+    """Podman's own build endpoint at `url` (Podman `version`), through podman-py, Podman's own SDK,
+    in the OCI format, the job's `timestamp` the image's date and every file's time: the same steps
+    on the same inputs give the same image. The build's output, decoded; the image untagged (its
+    endpoint names images otherwise than the Docker API does: the caller tags)."""
+    context = job.context
+    (context / OCI_DOCKERFILE).write_text(oci_dockerfile((context / "Dockerfile").read_text(), job.step_environment, job.labels))
     params = {
         "dockerfile": OCI_DOCKERFILE,
-        "platform": platform,
-        "nocache": nocache,
+        "platform": job.platform,
+        "nocache": job.nocache,
         "rm": True,
         "forcerm": True,
         "pull": False,
         "networkmode": "host",
         "layers": True,  # a layer and a cached image per step, as the Docker API's build makes
-        "timestamp": timestamp,
+        "timestamp": job.timestamp,
         "outputformat": OCI_FORMAT,
     }
-    with docker.utils.tar(str(context), gzip=False) as archive:
-        headers = {"Content-Type": "application/x-tar"}
-        response = client.api._post(
-            client.api._url("/libpod/build"), params=params, data=archive, headers=headers, stream=True, timeout=None
-        )
-    client.api._raise_for_status(response)
-    return client.api._stream_helper(response, decode=True)
+    client = podman.PodmanClient(base_url=url, version=version.split("-")[0] or None)
+    try:
+        with docker.utils.tar(str(context), gzip=False) as archive:
+            response = client.api.post("/build", params=params, data=archive, headers={"Content-Type": "application/x-tar"}, stream=True)
+        response.raise_for_status()
+    except podman.errors.APIError as exc:
+        client.close()
+        raise job.failure(f"Podman's build endpoint refused the build: {exc}") from None
+    return _decoded(client, response)
+
+
+def _decoded(client, response) -> Iterator[dict]:
+    """The endpoint's JSON lines as they come; the connection closed however the reader stops."""
+    try:
+        for line in response.iter_lines():
+            if line.strip():
+                yield json.loads(line)
+    finally:
+        response.close()
+        client.close()
 
 
 def oci_dockerfile(text: str, step_environment: Mapping[str, str], labels: Mapping[str, str] = {}) -> str:

@@ -18,6 +18,8 @@ from pathlib import Path
 import docker
 
 from torchstack.base.errors import ToolkitError
+from torchstack.engines.docker_engine import DockerEngine
+from torchstack.engines.engine import Engine
 from torchstack.registries import registry
 from torchstack.registries.logins import LoginRefused
 
@@ -32,18 +34,8 @@ _TLS = re.compile(r"x509|certificate|tls:|HTTP response to HTTPS client", re.IGN
 ATTEMPTS = 3
 # The layers a push of the engine's own compression sends.
 GZIP_LAYERS = {"application/vnd.docker.image.rootfs.diff.tar.gzip", "application/vnd.oci.image.layer.v1.tar+gzip"}
-# What a refused push tells the user to do, per engine.
-LOGIN = {
-    "docker": "log in with `docker login {host}` (credentials are read from the Docker config)",
-    "podman": "log in with `podman login {host}` (Podman's service reads its auth.json, then the Docker config)",
-}
-TLS_FIX = {
-    "docker": "give the engine the registry's CA (/etc/docker/certs.d/{host}/ca.crt) or, for a plain-HTTP "
-    "registry, list {host} in the engine's insecure-registries",
-    "podman": "give Podman the registry's CA (/etc/containers/certs.d/{host}/ca.crt) or, for a plain-HTTP "
-    'registry, add [[registry]] location = "{host}" insecure = true to /etc/containers/registries.conf and '
-    "restart Podman's service",
-}
+# What a refused skopeo call tells the user to do: it reads the logins Docker's config holds.
+SKOPEO_LOGIN = "log in with `docker login {host}` (credentials are read from the Docker config)"
 
 
 class PushFailed(ToolkitError):
@@ -64,32 +56,34 @@ def push(
     local: str,
     remote: str,
     say: Callable[[str], None],
-    engine: str = "docker",
+    engine: Engine | None = None,
     zstd: bool = False,
 ) -> Pushed:
     """Tag `local` (an image's name or ID) as `remote` and push it, trying again on a transient
-    failure. `engine` (docker or podman) decides what a refusal's line tells the user to do. With
-    `zstd`, skopeo copies it from the engine's export with zstd layers instead (`_push_zstd`)."""
+    failure. The `engine` the client speaks to (Docker's where none is given) says what a refusal's
+    line tells the user to do. With `zstd`, skopeo copies it from the engine's export with zstd
+    layers instead (`_push_zstd`)."""
     repository, _, tag = remote.rpartition(":")
     image = client.images.get(local)
     image.tag(repository, tag)
     host = repository.split("/", 1)[0]
     if zstd:
         return _push_zstd(image, remote, say)
-    if engine == "podman":
+    engine = engine or DockerEngine("docker", str(client.api.base_url), "the client's")
+    if not engine.push_streams_layers:
         say(f"torchstack: pushing {remote} (Podman's API says nothing more until the push is done)")
     for attempt in range(1, ATTEMPTS + 1):
         try:
             digest, layers, already = _push_once(client, repository, tag, say)
-            if engine == "podman":
+            if not engine.push_streams_layers:  # Podman: the digest alone, checked here
                 _as_checked(f"{repository}@{digest}", image.id, say)
             return Pushed(remote, digest, len(layers) or None, len(already), attempt)
         except (docker.errors.APIError, _RegistrySaid, OSError) as problem:
             message = _one_line(problem)
             if _AUTH.search(message):
-                raise _refused(host, f"the push of {remote}", message, LOGIN[engine]) from None
+                raise _refused(host, f"the push of {remote}", message, engine.login_hint(host)) from None
             if _TLS.search(message):
-                raise PushFailed(f"push of {remote} failed on TLS: {message}; {TLS_FIX[engine].format(host=host)}") from None
+                raise PushFailed(f"push of {remote} failed on TLS: {message}; {engine.tls_hint(host)}") from None
             if attempt == ATTEMPTS or not _TRANSIENT.search(message):
                 raise PushFailed(f"push of {remote} failed after {attempt} attempt(s): {message}") from None
             wait = 2**attempt
@@ -154,7 +148,7 @@ def _refused(host: str, what: str, message: str, log_in: str) -> LoginRefused:
     the same command again reuses what was built and checked. A registry never tags an image whose
     blobs it lacks: what the step had sent is under no name."""
     return LoginRefused(
-        f"the registry {host} refused the login for {what} ({message}): {log_in.format(host=host)}, "
+        f"the registry {host} refused the login for {what} ({message}): {log_in}, "
         "then run the same command again (what was built and checked is reused)"
     )
 
@@ -212,6 +206,6 @@ def _cli(tool: str, *args: str) -> str:
         message = " ".join(result.stderr.split())[:300]
         if _AUTH.search(message):
             host = args[-1].removeprefix("docker://").split("/", 1)[0]
-            raise _refused(host, f"{tool} {' '.join(args[:2])}", message, LOGIN["docker"])
+            raise _refused(host, f"{tool} {' '.join(args[:2])}", message, SKOPEO_LOGIN.format(host=host))
         raise PushFailed(f"{tool} {' '.join(args[:2])} {args[-1]} failed: {message}")
     return result.stdout

@@ -107,7 +107,7 @@ class BuildView:
 
 
 def summary_table(reports: list[StageReport], sizes: str = "unpacked") -> Table:
-    """The stages as a table; `sizes` says what the engine's sizes count (connection.Engine.sizes:
+    """The stages as a table; `sizes` says what the engine's sizes count (engine.Engine.sizes:
     Docker's containerd image store reports the compressed content's)."""
     table = Table(title="torchstack summary", title_justify="left")
     for column in ("stage", "image and tags", f"size ({sizes})", "time", "result", "builder"):

@@ -23,7 +23,7 @@ def format_plan(plan: Plan) -> str:
         f"compiler      CFLAGS={plan.cflags}  (GCC {plan.distribution.gcc}, {plan.distribution.name})",
         f"torch         {plan.torch_version}" + (f"  [{plan.torch_note}]" if plan.torch_note else ""),
         f"jobs          {plan.jobs} (PyTorch MAX_JOBS {plan.torch_jobs})" + (f"  [{plan.jobs_note}]" if plan.jobs_note else ""),
-        f"builder       {plan.builder}" + (" (BuildKit: ccache cache mount, CA as a secret)" if plan.builder == "buildx" else ""),
+        f"builder       {plan.builder}" + (" (BuildKit: ccache cache mount, CA as a secret)" if plan.step_mounts else ""),
         f"runtime       {plan.runtime}: "
         + ("with" if plan.runtime == "full" else "without")
         + " what torch.compile needs; "

@@ -12,8 +12,8 @@ from torchstack.base.errors import UsageProblem
 from torchstack.base.state import state_dir
 from torchstack.catalog.model import Catalog
 from torchstack.catalog.wheels import pip_index_settings
-from torchstack.engines import engine
-from torchstack.engines.connection import ENGINES, choose, refuse_for
+from torchstack.engines.connection import ENGINES, choose, settle_builder
+from torchstack.engines.docker_engine import BUILDKIT
 from torchstack.request.plan import Request
 from torchstack.request.run_options import COMPRESSIONS, LAZY_FORMATS
 from torchstack.request.selection import BUILD_TYPES, BUILDERS, RUNTIMES
@@ -318,14 +318,14 @@ def request_from(options: dict) -> Request:
     methods = {k.removeprefix("from_"): v for k, v in options.items() if k.startswith("from_") and v != "source"}
     builder = options["builder"]
     chosen = choose(options.get("engine") or "auto")
-    refuse_for(chosen.kind, {**options, "zstd": options.get("compression") == "zstd"})
+    chosen.refuse({**options, "zstd": options.get("compression") == "zstd"})
     for option, why in (("buildx_builder", "names a BuildKit builder"), ("ccache_dir", "moves BuildKit's compiler cache")):
         if options.get(option):
-            if builder == "docker":
+            if builder not in ("auto", BUILDKIT):
                 raise UsageProblem(f"--{option.replace('_', '-')} {why}: use it with --builder buildx (or auto)")
-            builder = "buildx"
+            builder = BUILDKIT
     return Request(
-        builder=engine.resolve(builder, methods.get("torch", "source") == "source", chosen),
+        builder=settle_builder(builder, methods.get("torch", "source") == "source", chosen),
         build_type=options["build_type"],
         backend=options["backend"],
         build_target=options["build_target"],

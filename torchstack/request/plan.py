@@ -13,6 +13,7 @@ from torchstack.catalog.component import HostRun, Source
 from torchstack.catalog.model import Architecture, Backend, Distribution, RuntimeSetting, Target
 from torchstack.catalog.plugins import PluginChoice
 from torchstack.catalog.wheels import WheelSpec
+from torchstack.engines.docker_engine import mounts_in_steps
 
 RELEASE_STAGE = "final"  # the stage whose image gets the release tag
 
@@ -251,7 +252,7 @@ class Plan:
     jobs_note: str  # what memory took off --jobs, if anything
     base_image: str
     base_is_bootstrapped: bool
-    builder: str
+    builder: str  # --builder's word, settled: docker | buildx
     runtime: str
     torch_wheel: WheelSpec | None
     torch_wheel_file: Path | None
@@ -263,6 +264,11 @@ class Plan:
     apt: AptSources = AptSources(())  # the Debian suites, for the OS image, every stage and the release gate
     source_date_epoch: int = 0  # every date in the images (reproducible.py), never the clock
     epoch_origin: str = ""  # where source_date_epoch comes from, in words
+
+    @property
+    def step_mounts(self) -> bool:
+        """Whether its builder runs steps with mounts: secrets and the compiler cache (BuildKit's)."""
+        return mounts_in_steps(self.builder)
 
     @property
     def probes(self) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ from torchstack.base.errors import UsageProblem
 from torchstack.catalog import torch_choice
 from torchstack.catalog.model import Catalog, Distribution, Stage
 from torchstack.catalog.recipes import RecipeInputs, exports_of, pip_requirements, script_inputs
+from torchstack.engines.docker_engine import mounts_in_steps
 from torchstack.request import host, tags
 from torchstack.request.metadata import stage_image, tag_variants, toolkit_revision
 from torchstack.request.plan import (
@@ -210,7 +211,7 @@ def _component_plan(
         jobs=jobs,
         torch_jobs=torch_jobs,
         torch_version=selection.torch_version,
-        builder=selection.builder,
+        cache_mount=mounts_in_steps(selection.builder),
         wheel_name=selection.torch_wheel_file.name if selection.torch_wheel_file else "torch.whl",
         exported={
             k: v for used in component.uses if used in prefixes for k, v in exports_of(catalog.components[used], prefixes[used]).items()

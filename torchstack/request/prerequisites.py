@@ -52,7 +52,7 @@ def missing_for(plan: Plan, bootstrap: bool) -> list[Missing]:
                 "apt-get install arch-test",
             )
         )
-    if plan.builder == "buildx" and not buildkit.available():
+    if plan.step_mounts and not buildkit.available():
         missing.append(
             Missing(
                 "docker buildx, for --builder buildx",

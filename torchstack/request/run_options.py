@@ -45,6 +45,6 @@ class RunOptions:
         return cls(**{field.name: options[field.name] for field in dataclasses.fields(cls) if options.get(field.name) is not None})
 
     def engine_refusals(self, builder: str) -> dict[str, object]:
-        """What `connection.refuse_for` weighs: the builder the plan settled on, the BuildKit-only options, zstd layers."""
+        """What `Engine.refuse` weighs: the builder the plan settled on, the BuildKit-only options, zstd layers."""
         zstd = self.compression == "zstd"
         return {"builder": builder, "buildx_builder": self.buildx_builder, "ccache_dir": self.ccache_dir, "zstd": zstd}

@@ -23,7 +23,8 @@ from torchstack.build.sbom import BUILD_INFO_LABEL
 from torchstack.catalog.model import Catalog
 from torchstack.catalog.wheels import pip_conf_text
 from torchstack.engines import buildkit, connection, engine
-from torchstack.engines.engine import BuildRun
+from torchstack.engines.builders import Builder, BuildRun
+from torchstack.engines.engine import Engine
 from torchstack.publishing import lazy, publish, signing
 from torchstack.registries import registry
 from torchstack.reports.progress import BuildView, StageReport, summary_table, write_json
@@ -183,7 +184,7 @@ def _publish(build: BuildRun, plan: Plan, run: RunOptions, pushes: list, release
     holds under its tag (a scheduled rebuild that changed nothing) is neither pushed nor signed
     again. --compression zstd applies to the release image; the stages stay gzip, for the engines
     that take them as --cache-from (Docker 20.10 pulls no zstd)."""
-    client, kind, note = build.client, build.engine.kind, build.note
+    client, chosen, note = build.client, build.engine, build.note
     zstd = run.compression == "zstd"
     if pushes and plan.stages[-1].name == RELEASE_STAGE:
         source, remote, name = pushes[-1]
@@ -192,10 +193,10 @@ def _publish(build: BuildRun, plan: Plan, run: RunOptions, pushes: list, release
                 f"torchstack: {remote} already holds this release: the same records and packages at the same versions; "
                 "nothing new to push or sign"
             )
-            done = _Published([publish.push(client, source, there, note, kind) for source, there, _ in pushes[:-1]])
+            done = _Published([publish.push(client, source, there, note, chosen) for source, there, _ in pushes[:-1]])
             return _lazy_index(run, remote, None, note, done)
         pushes = [*pushes[:-1], (source, f"{remote}-{began:%Y%m%d%H%M}", name), (source, remote, name)]
-    pushed = [publish.push(client, source, remote, note, kind, zstd and name == plan.top_image) for source, remote, name in pushes]
+    pushed = [publish.push(client, source, remote, note, chosen, zstd and name == plan.top_image) for source, remote, name in pushes]
     for each in pushed:
         layers = f", {each.layers} layers, {each.already_there} already there" if each.layers else ""
         note(f"torchstack: pushed {each.reference} ({each.digest}{layers})")
@@ -272,13 +273,13 @@ def _ccache_mover(plan: Plan, run: RunOptions, base: str):
     )
 
 
-def _builder(client, chosen: connection.Engine, plan: Plan, run: RunOptions) -> engine.Builder:
+def _builder(client, chosen: Engine, plan: Plan, run: RunOptions) -> Builder:
     """The plan's builder on the engine as it answered; refused in one line where the engine is too old
     to build, or the `docker` command here cannot drive it (BuildKit's builds and the checks go through it)."""
-    builder = engine.builder_for(client, chosen, plan.builder, run.buildx_builder)
-    refused = connection.too_old_to_build(chosen)
-    if not refused and (builder.name == "buildkit" or not run.no_test):
-        refused = connection.cli_refused(chosen)
+    builder = chosen.builder(client, plan.builder, run.buildx_builder)
+    refused = chosen.too_old_to_build()
+    if not refused and (builder.drives_the_cli or not run.no_test):
+        refused = chosen.cli_refused()
     if refused:
         raise HostNotReady(refused)
     return builder
@@ -289,7 +290,7 @@ def run_build(catalog: Catalog, settled: Settled) -> Plan:
     here, before any stage is built."""
     plan, run, pushes = settled.plan, settled.run, list(settled.pushes)
     client, chosen = connection.connect(connection.choose(run.engine))
-    connection.refuse_for(chosen.kind, run.engine_refusals(plan.builder))
+    chosen.refuse(run.engine_refusals(plan.builder))
     builder = _builder(client, chosen, plan, run)
     cleaned = sharing.sweep(client, state.state_dir() / "contexts")
     base_missing = not engine.image_exists(client, plan.base_image)

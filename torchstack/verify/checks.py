@@ -19,7 +19,7 @@ import docker
 from torchstack.base import sharing, state
 from torchstack.base.errors import ToolkitError, UsageProblem
 from torchstack.catalog.model import PACKAGE, ROOT, Catalog
-from torchstack.engines.connection import Engine
+from torchstack.engines.engine import Engine
 
 CHECKS = ROOT / "tests" / "image"
 # What decides a check's outcome besides the image: the checks, the toolkit they import, its data,
@@ -157,7 +157,7 @@ def run_checks(
     # CLI, podman's as a client of the same service (CONTAINER_HOST).
     # The containers they start carry this run's owner: whatever they leave, however the run ends
     # (Ctrl-C, SIGTERM, a check that hangs), is removed here.
-    reach = {"DOCKER_HOST": engine.url, **({"CONTAINER_HOST": engine.url} if engine.kind == "podman" else {})}
+    reach = engine.reached_by()
     started = time.monotonic()
     try:
         result = subprocess.run(

@@ -26,7 +26,7 @@ from torchstack.base.sharing import die_with_parent
 from torchstack.build import archive
 from torchstack.build.sbom import BUILD_INFO_LABEL
 from torchstack.catalog.model import Catalog
-from torchstack.engines.connection import Engine
+from torchstack.engines.engine import Engine
 from torchstack.request.metadata import toolkit_revision
 
 

@@ -1,0 +1,91 @@
+"""Docker's engine, on either image store: BuildKit or its legacy builder, its logins, its API floor."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import docker
+
+from torchstack.engines.builders import Builder, BuildKitBuilder, LegacyBuilder
+from torchstack.engines.engine import SETUP, Engine, numbers, reason
+
+BUILDKIT = "buildx"  # --builder's word for BuildKit; "docker" is the legacy builder's
+
+
+def mounts_in_steps(word: str) -> bool:
+    """Whether the builder --builder's `word` names runs steps with mounts (BuildKit's RUN --mount: the
+    build's secrets, the compiler cache); the others take secrets as files in the context."""
+    return word == BUILDKIT
+
+
+@dataclass(frozen=True)
+class DockerEngine(Engine):
+    """Docker 20.10 and later. Its two image stores differ as data (`containerd_store`): what an
+    image's ID and size are, which layers a step writes."""
+
+    cli = "docker"
+
+    @property
+    def containerd_store(self) -> bool:
+        return self.store == "containerd"
+
+    @property
+    def buildkit_default(self) -> bool:
+        major = self.version.split(".")[0]
+        return major.isdigit() and int(major) >= 23
+
+    def builder_word(self, choice: str, compiles_torch: bool, buildx_installed: bool) -> str:
+        """BuildKit wherever the engine has it as its default (Docker 23 and later) and buildx is
+        installed, and for a PyTorch compile (its compiler cache mount); the legacy builder where the
+        engine offers nothing else (Docker 20.10 without buildx)."""
+        if choice != "auto":
+            return choice
+        if not buildx_installed:
+            return "docker"
+        return BUILDKIT if compiles_torch or self.buildkit_default else "docker"
+
+    def builder(self, client: docker.DockerClient, wanted: str, buildx_builder: str | None = None) -> Builder:
+        if wanted == BUILDKIT:
+            return BuildKitBuilder(client, self, buildx_builder)
+        return LegacyBuilder(client, self)
+
+    def login_hint(self, host: str) -> str:
+        return f"log in with `docker login {host}` (credentials are read from the Docker config)"
+
+    def tls_hint(self, host: str) -> str:
+        return (
+            f"give the engine the registry's CA (/etc/docker/certs.d/{host}/ca.crt) or, for a plain-HTTP "
+            f"registry, list {host} in the engine's insecure-registries"
+        )
+
+    def cli_refused(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """The `docker` command's API is older than the oldest the engine accepts (Debian 12's
+        docker.io 20.10 speaks 1.41, Docker 29 accepts 1.44 and later); None where it can drive it,
+        or where there is no such floor."""
+        cli = shutil.which("docker")
+        if not self.min_api_version or cli is None:  # no floor; or no CLI: prerequisites names what is missing
+            return None
+        said = subprocess.run(
+            [cli, "version", "--format", "{{.Client.APIVersion}}"],
+            capture_output=True,
+            text=True,
+            env={**(os.environ if environ is None else environ), "DOCKER_HOST": self.url},
+        ).stdout.strip()
+        if said and numbers(said) < numbers(self.min_api_version):
+            return (
+                f"the docker command here ({cli}) speaks API {said}, and the engine at {self.url} (Docker {self.version}) "
+                f"accepts {self.min_api_version} and later: install the Docker CLI of the engine's release "
+                "(docker-cli, docker-ce-cli) or put it first on PATH"
+            )
+        return None
+
+    def unreachable(self, exc: Exception) -> str:
+        return (
+            f"no Docker engine answers at {self.url} ({reason(exc)}); start one with `sudo dockerd &` or "
+            f"`sudo systemctl start docker` (apt-get install docker.io), or run {SETUP}; "
+            "on a host with Podman, use --engine podman"
+        )
