@@ -40,11 +40,12 @@ CMD ["bash"]
 """
 
 
-def ensure_base_image(builder: Builder, plan: Plan, force: bool = False) -> str:
+def ensure_base_image(builder: Builder, plan: Plan, force: bool = False, scratch: Path | None = None) -> str:
     """The plan's base OS image: present, pulled (a user's --base-image), or bootstrapped here
     (the caller has made sure, with prerequisites.require, that this host can) from the plan's
     suites, as Debian's own images are: the release, its -updates and -security suites, which its
-    apt sources keep naming."""
+    apt sources keep naming. `scratch`: where the root file system is made (the run's private
+    folder, which the next run removes if this one is killed)."""
     image, client = plan.base_image, builder.client
     if not force and image_exists(client, image):
         return image
@@ -57,7 +58,7 @@ def ensure_base_image(builder: Builder, plan: Plan, force: bool = False) -> str:
                 f"base image {image} is not here and cannot be pulled ({exc.explanation or exc}); "
                 "leave out --base-image to bootstrap Debian from its archive instead"
             ) from None
-    with tempfile.TemporaryDirectory(prefix="torchstack-rootfs-") as work:
+    with tempfile.TemporaryDirectory(prefix="torchstack-rootfs-", dir=scratch) as work:
         _mmdebstrap(plan, Path(work) / "rootfs.tar")
         _load(builder, plan, Path(work))
     return image

@@ -93,7 +93,7 @@ def base_image(build: BuildRun, plan: Plan, run: RunOptions) -> str:
         if remote:
             repository, _, tag = plan.base_image.rpartition(":")
             client.images.get(remote).tag(repository, tag)
-    return bootstrap.ensure_base_image(build.builder, plan)
+    return bootstrap.ensure_base_image(build.builder, plan, scratch=build.contexts)
 
 
 def lock(chosen: Engine, name: str, view: BuildView):

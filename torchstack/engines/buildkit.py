@@ -151,13 +151,22 @@ def ccache_dockerfile(direction: str, image: str, cache_id: str, mount: str) -> 
     )
 
 
-def move_cache(direction: str, folder: Path, image: str, platform: str, cache_id: str, mount: str, builder: str | None = None) -> None:
+def move_cache(
+    direction: str,
+    folder: Path,
+    image: str,
+    platform: str,
+    cache_id: str,
+    mount: str,
+    builder: str | None = None,
+    scratch: Path | None = None,
+) -> None:
     """BuildKit keeps cache mounts in its own store, which a new CI runner starts without: before a
     build, seed the mount from `folder` ("in"); after it, write the mount back to `folder` ("out"),
     which GitHub's cache action (or any other) keeps between runs. `image` is one with `cp` (the
-    OS image) for `platform`."""
+    OS image) for `platform`. Its work folder is made in `scratch` (the run's private folder)."""
     folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="torchstack-ccache-") as work:
+    with tempfile.TemporaryDirectory(prefix="torchstack-ccache-", dir=scratch) as work:
         dockerfile = Path(work) / "Dockerfile"
         dockerfile.write_text(ccache_dockerfile(direction, image, cache_id, mount))
         output = folder if direction == "out" else Path(work) / "out"

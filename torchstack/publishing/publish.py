@@ -58,17 +58,18 @@ def push(
     say: Callable[[str], None],
     engine: Engine | None = None,
     zstd: bool = False,
+    scratch: Path | None = None,
 ) -> Pushed:
     """Tag `local` (an image's name or ID) as `remote` and push it, trying again on a transient
     failure. The `engine` the client speaks to (Docker's where none is given) says what a refusal's
     line tells the user to do. With `zstd`, skopeo copies it from the engine's export with zstd
-    layers instead (`_push_zstd`)."""
+    layers instead (`_push_zstd`), its export in `scratch` (the run's private folder)."""
     repository, _, tag = remote.rpartition(":")
     image = client.images.get(local)
     image.tag(repository, tag)
     host = repository.split("/", 1)[0]
     if zstd:
-        return _push_zstd(image, remote, say)
+        return _push_zstd(image, remote, say, scratch)
     engine = engine or DockerEngine("docker", str(client.api.base_url), "the client's")
     if not engine.push_streams_layers:
         say(f"torchstack: pushing {remote} (Podman's API says nothing more until the push is done)")
@@ -92,7 +93,7 @@ def push(
     raise AssertionError("unreachable")
 
 
-def _push_zstd(image, remote: str, say: Callable[[str], None]) -> Pushed:
+def _push_zstd(image, remote: str, say: Callable[[str], None], scratch: Path | None) -> Pushed:
     """`image` (the engine's, tagged `remote`) copied to its registry by skopeo with zstd layers, as an
     OCI manifest: exported by the engine (the SDK's `docker save`, whose API version the SDK agrees
     with the engine: skopeo's own `docker-daemon:` client asks for API 1.22, which Docker 29 refuses),
@@ -103,7 +104,7 @@ def _push_zstd(image, remote: str, say: Callable[[str], None]) -> Pushed:
     host = remote.split("/", 1)[0]
     say(f"torchstack: pushing {remote} with zstd layers (skopeo compresses each layer of the engine's export)")
     tls = ["--dest-tls-verify=false"] if registry.is_loopback(host) else []
-    with tempfile.TemporaryDirectory(prefix="torchstack-zstd-") as work:
+    with tempfile.TemporaryDirectory(prefix="torchstack-zstd-", dir=scratch) as work:
         exported = Path(work) / "image.tar"
         with exported.open("wb") as out:
             for chunk in image.save(named=False):
