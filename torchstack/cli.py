@@ -67,8 +67,8 @@ def _print_dry_run(settled) -> None:
     run = settled.run
     for note in settled.notes:
         click.echo(note.removeprefix("torchstack: "))
-    click.echo(format_plan(settled.plan))
     chosen = choose(run.engine)
+    click.echo(format_plan(settled.plan, chosen.builder(None, settled.plan.builder).name))
     click.echo(f"engine        {chosen.describe()}")
     why_not = why_not_reproducible(chosen, settled.plan.builder)
     click.echo(f"reproducible  {'no: ' + why_not if why_not else 'yes: the same request and inputs give the same images'}")
@@ -118,8 +118,9 @@ def _plan_command(catalog: Catalog) -> click.Command:
         from torchstack.request.prerequisites import require_cpu_for_checks
 
         plan = make_plan(catalog, request_from(options))
-        click.echo(format_plan(plan))
-        click.echo(f"engine        {choose(options['engine']).describe()}")
+        chosen = choose(options["engine"])
+        click.echo(format_plan(plan, chosen.builder(None, plan.builder).name))
+        click.echo(f"engine        {chosen.describe()}")
         # On a CPU that lacks the target's features: what each compiled component's build runs here.
         for note in require_cpu_for_checks(plan, checks=False):
             click.echo(note.removeprefix("torchstack: "))

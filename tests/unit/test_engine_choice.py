@@ -97,20 +97,20 @@ def test_with_podman_the_builder_is_the_legacy_api_even_for_a_torch_compile(cli,
     monkeypatch.setattr("torchstack.engines.buildkit.available", lambda: True)
     result = CliRunner().invoke(cli, ["--engine", "podman", "--dry-run", "--release", "r26.11"])
     assert result.exit_code == 0, result.output
-    assert "builder       docker\n" in result.output
+    assert "builder       buildah\n" in result.output
     assert "engine        podman at unix:///run/podman/podman.sock (--engine podman)" in result.output
     docker_default = CliRunner().invoke(cli, ["--engine", "docker", "--dry-run", "--release", "r26.11"])
-    assert "builder       buildx" in docker_default.output
+    assert "builder       buildkit" in docker_default.output
 
 
 @pytest.mark.parametrize(
     ("buildx", "engine_version", "builder"),
     [
-        (True, "26.1.5+dfsg1", "buildx"),  # Debian 13's docker.io: BuildKit is its default
-        (True, "28.2.2", "buildx"),  # Docker CE on a CI runner
-        (True, "20.10.24+dfsg1", "docker"),  # Debian 12's docker.io: the legacy builder is its default
-        (True, None, "docker"),  # no engine answers: the build itself says so
-        (False, "26.1.5+dfsg1", "docker"),  # no buildx plugin: the engine's own API builder
+        (True, "26.1.5+dfsg1", "buildkit"),  # Debian 13's docker.io: BuildKit is its default
+        (True, "28.2.2", "buildkit"),  # Docker CE on a CI runner
+        (True, "20.10.24+dfsg1", "legacy"),  # Debian 12's docker.io: the legacy builder is its default
+        (True, None, "legacy"),  # no engine answers: the build itself says so
+        (False, "26.1.5+dfsg1", "legacy"),  # no buildx plugin: the engine's own API builder
     ],
 )
 def test_a_wheel_build_takes_buildkit_where_the_engine_builds_with_it_by_default(cli, monkeypatch, buildx, engine_version, builder):
@@ -127,7 +127,7 @@ def test_a_wheel_build_takes_buildkit_where_the_engine_builds_with_it_by_default
     monkeypatch.setattr("torchstack.engines.connection.docker.DockerClient", Client)
     result = CliRunner().invoke(cli, ["plan", "--engine", "docker", "--torch-from", "wheel", "--openblas-from", "distro"])
     assert result.exit_code == 0, result.output
-    assert f"builder       {builder}" in result.output
+    assert f"builder       {builder}" in result.output  # in the summary's words
 
 
 def test_the_engine_comes_from_the_environment_too(cli):
@@ -318,3 +318,33 @@ def test_a_podman_older_than_the_oldest_tried_is_refused_before_any_build(versio
             == f"Podman {version} at unix:///run/podman/podman.sock is older than 4.3, the oldest the toolkit builds with: upgrade Podman"
         )
     assert engine_of("docker", engine.url, "test", "20.10.24").too_old_to_build() is None
+
+
+def test_a_third_engine_is_one_class_and_one_line_in_kinds(monkeypatch):
+    """A Docker-API-compatible engine: its class answers what differs, one line of KINDS registers it;
+    --engine names it, /version's answer is recognised as it, and it builds with the builder it says."""
+    from torchstack.engines.builders import LegacyBuilder
+    from torchstack.engines.docker_engine import DockerEngine
+
+    class Other(DockerEngine):
+        cli = "other"
+        default_url = "unix:///run/other.sock"
+
+        @classmethod
+        def names_itself(cls, version):
+            return any(c.get("Name") == "Other Engine" for c in version.get("Components") or [])
+
+        def builder_word(self, choice, compiles_torch, buildx_installed):
+            return "docker"
+
+        def login_hint(self, host):
+            return f"log in with `other login {host}`"
+
+    monkeypatch.setitem(connection.KINDS, "other", Other)
+    chosen = choose("other", {}, uid=0)
+    assert (type(chosen), chosen.kind, chosen.url, chosen.why) == (Other, "other", "unix:///run/other.sock", "--engine other")
+    assert choose("other", {"DOCKER_HOST": "tcp://h:2375"}, uid=0).url == "tcp://h:2375"
+    assert connection.kind_of({"Components": [{"Name": "Other Engine"}]}) == "other"
+    assert connection.kind_of({"Components": [{"Name": "Engine"}]}) == "docker"
+    assert isinstance(chosen.builder(None, chosen.builder_word("auto", True, True)), LegacyBuilder)
+    assert chosen.login_hint("r.example") == "log in with `other login r.example`"

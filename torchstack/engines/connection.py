@@ -16,7 +16,6 @@ from torchstack.engines.docker_engine import DockerEngine
 from torchstack.engines.engine import Engine
 from torchstack.engines.podman_engine import PodmanEngine
 
-ENGINES = ("auto", "docker", "podman")
 DOCKER_SOCKET = Path("/var/run/docker.sock")
 PODMAN_ROOT_SOCKET = Path("/run/podman/podman.sock")  # `podman system service` as root, podman.socket's path
 
@@ -24,6 +23,7 @@ PODMAN_ROOT_SOCKET = Path("/run/podman/podman.sock")  # `podman system service` 
 # Each kind of engine the toolkit drives, by the name `--engine` and the summary give it: a new
 # Docker-API-compatible engine is one module (its Engine) and one line here.
 KINDS: dict[str, type[Engine]] = {"docker": DockerEngine, "podman": PodmanEngine}
+ENGINES = ("auto", *KINDS)  # what --engine takes
 
 
 def engine_of(kind: str, url: str, why: str, *said: str, **named: str) -> Engine:
@@ -49,10 +49,12 @@ def choose(wanted: str, environ: Mapping[str, str] | None = None, uid: int | Non
     uid = os.getuid() if uid is None else uid
     docker_host, container_host = environ.get("DOCKER_HOST"), environ.get("CONTAINER_HOST")
     podman_url = f"unix://{podman_socket(environ, uid)}"
-    if wanted not in ENGINES:
-        raise UsageProblem(f"--engine {wanted!r}: valid: {', '.join(ENGINES)}")
+    if wanted != "auto" and wanted not in KINDS:
+        raise UsageProblem(f"--engine {wanted!r}: valid: {', '.join(('auto', *KINDS))}")
     if wanted == "docker":
         return engine_of("docker", docker_host or f"unix://{DOCKER_SOCKET}", "--engine docker" + (", DOCKER_HOST" if docker_host else ""))
+    if wanted not in ("auto", "docker", "podman"):  # a kind found only when asked for: DOCKER_HOST's, else its own socket
+        return engine_of(wanted, docker_host or KINDS[wanted].default_url, f"--engine {wanted}" + (", DOCKER_HOST" if docker_host else ""))
     if wanted == "podman":
         if container_host:
             return engine_of("podman", container_host, "--engine podman, CONTAINER_HOST")
@@ -70,9 +72,9 @@ def choose(wanted: str, environ: Mapping[str, str] | None = None, uid: int | Non
 
 
 def kind_of(version: dict) -> str:
-    """podman or docker, from the engine's answer to /version (Podman names itself in Components)."""
-    names = [str(c.get("Name", "")) for c in version.get("Components") or []]
-    return "podman" if any("podman" in name.lower() for name in names) else "docker"
+    """The kind the engine's answer to /version names (Podman names itself in Components); Docker's
+    where none does: anything else that speaks its API is driven as Docker is."""
+    return next((kind for kind, engine in KINDS.items() if engine.names_itself(version)), "docker")
 
 
 def connect(chosen: Engine) -> tuple[docker.DockerClient, Engine]:

@@ -28,6 +28,7 @@ class DockerEngine(Engine):
     image's ID and size are, which layers a step writes."""
 
     cli = "docker"
+    default_url = "unix:///var/run/docker.sock"
 
     @property
     def containerd_store(self) -> bool:

@@ -36,6 +36,12 @@ class Engine:
     takes_stages_by_name: ClassVar[bool] = False  # an earlier stage here (or pulled) under its content name is taken as it is
     push_streams_layers: ClassVar[bool] = True  # its push API reports each layer as it goes (Podman's says only the digest)
     refusals: ClassVar[Mapping[str, str]] = {}  # option -> why this kind cannot carry it out (refuse)
+    default_url: ClassVar[str] = ""  # where it answers when --engine names it and DOCKER_HOST does not
+
+    @classmethod
+    def names_itself(cls, version: dict) -> bool:
+        """Whether the engine's answer to /version says it is of this kind."""
+        return False
 
     @property
     def containerd_store(self) -> bool:

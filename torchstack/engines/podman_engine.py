@@ -35,6 +35,10 @@ class PodmanEngine(Engine):
     push_streams_layers = False
     refusals = PODMAN_REFUSES
 
+    @classmethod
+    def names_itself(cls, version: dict) -> bool:
+        return any("podman" in str(c.get("Name", "")).lower() for c in version.get("Components") or [])
+
     def builder_word(self, choice: str, compiles_torch: bool, buildx_installed: bool) -> str:
         return "docker"  # its builder, behind the legacy build API's word
 

@@ -8,7 +8,7 @@ from torchstack.request.plan import Plan
 from torchstack.request.planner import env_line
 
 
-def format_plan(plan: Plan) -> str:
+def format_plan(plan: Plan, builder: str) -> str:
     lines = [
         f"release tag   {plan.release_tag}",
         f"final image   {plan.final_image}",
@@ -23,7 +23,7 @@ def format_plan(plan: Plan) -> str:
         f"compiler      CFLAGS={plan.cflags}  (GCC {plan.distribution.gcc}, {plan.distribution.name})",
         f"torch         {plan.torch_version}" + (f"  [{plan.torch_note}]" if plan.torch_note else ""),
         f"jobs          {plan.jobs} (PyTorch MAX_JOBS {plan.torch_jobs})" + (f"  [{plan.jobs_note}]" if plan.jobs_note else ""),
-        f"builder       {plan.builder}" + (" (BuildKit: ccache cache mount, CA as a secret)" if plan.step_mounts else ""),
+        f"builder       {builder}" + (" (ccache cache mount, CA as a secret)" if plan.step_mounts else ""),
         f"runtime       {plan.runtime}: "
         + ("with" if plan.runtime == "full" else "without")
         + " what torch.compile needs; "

@@ -117,10 +117,10 @@ def _stage_and_backend(catalog: Catalog, labels: dict, stage: str | None, backen
     return stage, backend
 
 
-def _pytest_command(folders: list[str], image: str, stage: str, kind: str, backend: str | None, select: str | None) -> list[str]:
+def _pytest_command(folders: list[str], image: str, stage: str, cli: str, backend: str | None, select: str | None) -> list[str]:
     """The pytest run of the check folders against the image (tests/image/conftest.py reads its options)."""
     command = [sys.executable, "-m", "pytest", *folders, "--rootdir", str(ROOT), "-p", "no:cacheprovider"]
-    command += ["--image", image, "--stage", stage, "--engine", kind, "-rfsx", "--tb=short", "--no-header", "-q"]
+    command += ["--image", image, "--stage", stage, "--engine", cli, "-rfsx", "--tb=short", "--no-header", "-q"]
     if backend:
         command += ["--backend", backend]
     if select:
@@ -152,7 +152,7 @@ def run_checks(
     if reuse and not select and (summary := earlier_pass(found.id, fingerprint)):
         return CheckOutcome(passed=True, summary=summary, reused=True)
     folders = [str(CHECKS / name) for name in stage_lineage(catalog, stage) if (CHECKS / name).is_dir()]
-    command = _pytest_command(folders, image, stage, engine.kind, backend, select)
+    command = _pytest_command(folders, image, stage, engine.cli, backend, select)
     # The checks reach the same engine: the SDK through DOCKER_HOST; testinfra through the engine's
     # CLI, podman's as a client of the same service (CONTAINER_HOST).
     # The containers they start carry this run's owner: whatever they leave, however the run ends
