@@ -12,10 +12,10 @@ import docker
 
 from torchstack.base.errors import BuildFailed, ToolkitError
 from torchstack.base.layout import APT_LEFTOVERS
-from torchstack.base.reproducible import FILE_EPOCH, STEP_ENVIRONMENT, set_times
+from torchstack.base.reproducible import FILE_EPOCH, set_times
 from torchstack.build.archive import DEBIAN_KEYRING
 from torchstack.engines.builders import Builder
-from torchstack.engines.buildjob import BuildJob
+from torchstack.engines.buildjob import BuildahSettings, BuildJob, BuildKitSettings
 from torchstack.engines.engine import image_exists
 from torchstack.request.plan import Plan
 
@@ -112,7 +112,7 @@ def _load(builder: Builder, plan: Plan, work: Path) -> None:
     }
     failed = f"loading the bootstrapped {plan.distribution.name} rootfs failed"
     set_times(work)
-    dates = {"epoch": FILE_EPOCH, "timestamp": FILE_EPOCH, "step_environment": STEP_ENVIRONMENT}
+    dates = {"buildkit": BuildKitSettings(epoch=FILE_EPOCH), "buildah": BuildahSettings(timestamp=FILE_EPOCH)}
     job = BuildJob(work, plan.base_image, plan.platform, labels, "os", work, **dates)
     try:
         builder.build(job)

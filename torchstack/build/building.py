@@ -12,7 +12,7 @@ from torchstack.build import bootstrap
 from torchstack.build.render import BuildSecrets, assemble_context
 from torchstack.engines import engine
 from torchstack.engines.builders import BuildRun
-from torchstack.engines.buildjob import BuildJob, BuildProgress
+from torchstack.engines.buildjob import BuildahSettings, BuildJob, BuildKitSettings, BuildProgress
 from torchstack.engines.engine import Engine
 from torchstack.registries import registry
 from torchstack.reports.progress import BuildView, StageReport
@@ -168,9 +168,7 @@ def _stage_job(
         progress=progress,
         nocache=run.no_cache,
         cache_from=cache,
-        epoch=plan.source_date_epoch,
-        timestamp=reproducible.FILE_EPOCH,  # on Podman: its files' times and date, as BuildKit's (reproducible.py)
-        step_environment=reproducible.STEP_ENVIRONMENT,
-        secrets=secrets.files(),
-        inline_cache=run.push_stages,  # what another host's --cache-from reads
+        # inline_cache: what another host's --cache-from reads
+        buildkit=BuildKitSettings(epoch=plan.source_date_epoch, secrets=secrets.files(), inline_cache=run.push_stages),
+        buildah=BuildahSettings(timestamp=reproducible.FILE_EPOCH),  # its files' times and date, as BuildKit's (reproducible.py)
     )

@@ -25,7 +25,7 @@ from torchstack.base.errors import ToolkitError
 from torchstack.build import archive, sbom
 from torchstack.build.render import records_dockerfile, refresh_context
 from torchstack.engines.builders import BuildRun
-from torchstack.engines.buildjob import BuildJob, BuildResult
+from torchstack.engines.buildjob import BuildahSettings, BuildJob, BuildKitSettings, BuildResult
 from torchstack.registries import registry
 from torchstack.request.plan import Plan
 
@@ -89,9 +89,8 @@ def _build_layer(build: BuildRun, plan: Plan, context: Path, labels: dict[str, s
         labels,
         context.name,
         build.log_path,
-        epoch=plan.source_date_epoch,
-        timestamp=dated,
-        step_environment=reproducible.STEP_ENVIRONMENT,
+        buildkit=BuildKitSettings(epoch=plan.source_date_epoch),
+        buildah=BuildahSettings(timestamp=dated),
     )
     return build.builder.build(job)
 

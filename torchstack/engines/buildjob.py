@@ -36,16 +36,33 @@ def _quiet(line: str) -> None:
 
 
 @dataclass(frozen=True)
-class BuildJob:
-    """One image to build from a context folder, whichever builder builds it (engine.Builder).
+class BuildKitSettings:
+    """What BuildKit alone is given: `epoch`, the image's date (SOURCE_DATE_EPOCH; each step's file
+    times are clamped by the Dockerfile's own SHELL); `secrets`, its secret mounts (id -> host file);
+    `inline_cache`, whether the image carries its cache record for another host's --cache-from."""
 
-    `tag` is applied only when the build succeeds (None: the image stays untagged). `epoch` is the
-    image's date where the builder takes SOURCE_DATE_EPOCH (BuildKit); `timestamp` the date and every
-    file's time where the builder stamps both (Podman), its steps run with `step_environment`; Docker's
-    legacy builder stamps the clock whatever is given. `cache_from`: images whose steps may be reused
-    (the legacy builder: images here; BuildKit: registry references). `secrets`: BuildKit's secret
-    mounts, id -> host file. `inline_cache`: the image carries BuildKit's cache record for another
-    host's --cache-from."""
+    epoch: int | None = None
+    secrets: Mapping[str, Path] = field(default_factory=dict)
+    inline_cache: bool = False
+
+
+@dataclass(frozen=True)
+class BuildahSettings:
+    """What Podman's builder alone is given: `timestamp`, the one time it stamps on the image and on
+    every file it writes (its steps run with reproducible.STEP_ENVIRONMENT)."""
+
+    timestamp: int | None = None
+
+
+@dataclass(frozen=True)
+class BuildJob:
+    """One image to build from a context folder, whichever builder builds it (builders.Builder):
+    what every builder reads, and each builder's own settings, which the others leave alone
+    (Docker's legacy builder has none: it stamps the clock whatever it is given).
+
+    `tag` is applied only when the build succeeds (None: the image stays untagged). `cache_from`:
+    images whose steps may be reused, as the builder reads them (Builder.reads_cache_from_images:
+    images here; reads_cache_from_registry: registry references)."""
 
     context: Path
     tag: str | None
@@ -57,11 +74,8 @@ class BuildJob:
     progress: BuildProgress = field(default_factory=BuildProgress)
     nocache: bool = False
     cache_from: tuple[str, ...] = ()
-    epoch: int | None = None
-    timestamp: int | None = None
-    step_environment: Mapping[str, str] = field(default_factory=dict)
-    secrets: Mapping[str, Path] = field(default_factory=dict)
-    inline_cache: bool = False
+    buildkit: BuildKitSettings = field(default_factory=BuildKitSettings)
+    buildah: BuildahSettings = field(default_factory=BuildahSettings)
 
     def failure(self, detail: str) -> BuildFailed:
         progress = self.progress

@@ -11,6 +11,7 @@ import docker
 import podman
 import podman.errors
 
+from torchstack.base.reproducible import STEP_ENVIRONMENT
 from torchstack.engines.buildjob import BuildJob
 
 # Podman builds the same image twice only in the OCI format: the Docker format's configuration names
@@ -25,11 +26,12 @@ _RUN = re.compile(r"RUN((?:\s+--\S+)*)\s+(.*)$", re.S)
 
 def stream(url: str, version: str, job: BuildJob) -> Iterator[dict]:
     """Podman's own build endpoint at `url` (Podman `version`), through podman-py, Podman's own SDK,
-    in the OCI format, the job's `timestamp` the image's date and every file's time: the same steps
-    on the same inputs give the same image. The build's output, decoded; the image untagged (its
-    endpoint names images otherwise than the Docker API does: the caller tags)."""
+    in the OCI format, the job's `buildah.timestamp` the image's date and every file's time, its
+    steps run with STEP_ENVIRONMENT: the same steps on the same inputs give the same image. The
+    build's output, decoded; the image untagged (its endpoint names images otherwise than the
+    Docker API does: the caller tags)."""
     context = job.context
-    (context / OCI_DOCKERFILE).write_text(oci_dockerfile((context / "Dockerfile").read_text(), job.step_environment, job.labels))
+    (context / OCI_DOCKERFILE).write_text(oci_dockerfile((context / "Dockerfile").read_text(), STEP_ENVIRONMENT, job.labels))
     params = {
         "dockerfile": OCI_DOCKERFILE,
         "platform": job.platform,
@@ -39,7 +41,7 @@ def stream(url: str, version: str, job: BuildJob) -> Iterator[dict]:
         "pull": False,
         "networkmode": "host",
         "layers": True,  # a layer and a cached image per step, as the Docker API's build makes
-        "timestamp": job.timestamp,
+        "timestamp": job.buildah.timestamp,
         "outputformat": OCI_FORMAT,
     }
     client = podman.PodmanClient(base_url=url, version=version.split("-")[0] or None)
