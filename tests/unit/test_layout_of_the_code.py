@@ -29,11 +29,8 @@ def name_of(path) -> str:
 
 def imports_of(path) -> set[str]:
     """The package's modules `path` imports, as FOLDER/NAME."""
-    found, tree = set(), ast.parse(path.read_text())
-    for node in ast.walk(tree):  # for a type's name only: not an import at run time
-        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
-            node.body = []
-    for node in ast.walk(tree):
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("torchstack"):
             parts = node.module.split(".")[1:]
             if (PACKAGE / "/".join(parts)).with_suffix(".py").is_file():

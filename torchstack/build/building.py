@@ -11,9 +11,8 @@ from torchstack.base.errors import ToolkitError
 from torchstack.build import bootstrap
 from torchstack.build.render import BuildSecrets, assemble_context
 from torchstack.engines import engine
-from torchstack.engines.builders import BuildRun
 from torchstack.engines.buildjob import BuildahSettings, BuildJob, BuildKitSettings, BuildProgress
-from torchstack.engines.engine import Engine
+from torchstack.engines.engine import BuildRun, Engine
 from torchstack.registries import registry
 from torchstack.reports.progress import BuildView, StageReport
 from torchstack.request import tags

@@ -4,43 +4,21 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import docker
 import docker.errors
 
 from torchstack.engines import buildkit, oci_build
 from torchstack.engines.buildjob import BuildJob, BuildProgress, BuildResult
-from torchstack.engines.engine import Engine
+from torchstack.engines.engine import Builder
 
 # Docker's legacy builder says "Step 3/9 : RUN ..." and "---> Using cache"; Podman's (buildah) says
 # "[2/3] STEP 3/9: RUN ..." (the prefix in multi-stage builds) and "--> Using cache 1f2e...".
 _STEP = re.compile(r"^(?:\[\d+/\d+\] )?(?:Step|STEP) (\d+)/(\d+) ?: (.*)$")
 _USING_CACHE = re.compile(r"^-{2,3}> Using cache\b")
 _IMAGE_ID = re.compile(r"[0-9a-f]{64}")
-
-
-@dataclass(frozen=True)
-class Builder:
-    """A way of building on an engine. Each kind says, in one place, its name in the summary, how it
-    builds one image (BuildJob), whether a step may start FROM an image ID, and why its images cannot
-    be made again bit for bit (None where they can)."""
-
-    client: docker.DockerClient
-    engine: Engine
-    name = ""  # buildkit | legacy | buildah: its name in the plan and the summary
-    builds_from_ids = True  # BuildKit reads `FROM sha256:...` as a registry's name
-    reads_cache_from_images = True  # --cache-from: images here, pulled first
-    reads_cache_from_registry = False  # --cache-from: the registry's, asked by the builder itself
-    drives_the_cli = False  # it builds through the engine's command (buildx), not the API alone
-
-    def build(self, job: BuildJob) -> BuildResult:
-        raise NotImplementedError
-
-    def why_not_reproducible(self) -> str | None:
-        return None
 
 
 @dataclass(frozen=True)
@@ -92,25 +70,6 @@ class BuildKitBuilder(Builder):
             "this Docker release's BuildKit predates SOURCE_DATE_EPOCH (Docker 23 and later have it): "
             "it stamps the build's clock on every image"
         )
-
-
-@dataclass(frozen=True)
-class BuildRun:
-    """A running build as the modules that build, check and push take it: the engine's builder (and so
-    the client and the engine as it says it is), this run's build contexts, its log."""
-
-    builder: Builder
-    contexts: Path  # this run's private folder (sharing.private_folder): a context per image it builds
-    log_path: Path
-    note: Callable[[str], None]  # a line for the person watching (progress.BuildView.note)
-
-    @property
-    def client(self) -> docker.DockerClient:
-        return self.builder.client
-
-    @property
-    def engine(self) -> Engine:
-        return self.builder.engine
 
 
 def _streamed(client: docker.DockerClient, job: BuildJob, stream: Iterator[dict], podman: bool) -> BuildResult:

@@ -56,7 +56,7 @@ class BuildahSettings:
 
 @dataclass(frozen=True)
 class BuildJob:
-    """One image to build from a context folder, whichever builder builds it (builders.Builder):
+    """One image to build from a context folder, whichever builder builds it (engine.Builder):
     what every builder reads, and each builder's own settings, which the others leave alone
     (Docker's legacy builder has none: it stamps the clock whatever it is given).
 

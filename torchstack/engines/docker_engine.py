@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import docker
 
-from torchstack.engines.builders import Builder, BuildKitBuilder, LegacyBuilder
-from torchstack.engines.engine import SETUP, Engine, numbers, reason
+from torchstack.engines.builders import BuildKitBuilder, LegacyBuilder
+from torchstack.engines.engine import SETUP, Builder, Engine, numbers, reason
 
 BUILDKIT = "buildx"  # --builder's word for BuildKit; "docker" is the legacy builder's
 

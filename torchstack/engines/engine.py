@@ -1,18 +1,17 @@
-"""An engine as the toolkit holds it: what it says it is, what its kind does differently, the images in it."""
+"""An engine as the toolkit holds it: what it says it is, what its kind does differently, the builder it builds with."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from pathlib import Path
+from typing import ClassVar
 
 import docker
 import docker.errors
 
 from torchstack.base.errors import UsageProblem
-
-if TYPE_CHECKING:
-    from torchstack.engines.builders import Builder
+from torchstack.engines.buildjob import BuildJob, BuildResult
 
 SETUP = "scripts/setup-host.sh"
 
@@ -114,6 +113,46 @@ class Engine:
             value = options.get(option)
             if value and not (option == "builder" and value != "buildx"):
                 raise UsageProblem(why)
+
+
+@dataclass(frozen=True)
+class Builder:
+    """A way of building on an engine. Each kind says, in one place, its name in the summary, how it
+    builds one image (BuildJob), whether a step may start FROM an image ID, and why its images cannot
+    be made again bit for bit (None where they can)."""
+
+    client: docker.DockerClient
+    engine: Engine
+    name = ""  # buildkit | legacy | buildah: its name in the plan and the summary
+    builds_from_ids = True  # BuildKit reads `FROM sha256:...` as a registry's name
+    reads_cache_from_images = True  # --cache-from: images here, pulled first
+    reads_cache_from_registry = False  # --cache-from: the registry's, asked by the builder itself
+    drives_the_cli = False  # it builds through the engine's command (buildx), not the API alone
+
+    def build(self, job: BuildJob) -> BuildResult:
+        raise NotImplementedError
+
+    def why_not_reproducible(self) -> str | None:
+        return None
+
+
+@dataclass(frozen=True)
+class BuildRun:
+    """A running build as the modules that build, check and push take it: the engine's builder (and so
+    the client and the engine as it says it is), this run's build contexts, its log."""
+
+    builder: Builder
+    contexts: Path  # this run's private folder (sharing.private_folder): a context per image it builds
+    log_path: Path
+    note: Callable[[str], None]  # a line for the person watching (progress.BuildView.note)
+
+    @property
+    def client(self) -> docker.DockerClient:
+        return self.builder.client
+
+    @property
+    def engine(self) -> Engine:
+        return self.builder.engine
 
 
 def image_size(client: docker.DockerClient, image: str) -> int:

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import docker
 
-from torchstack.engines.builders import Builder, PodmanBuilder
-from torchstack.engines.engine import SETUP, Engine, numbers, reason
+from torchstack.engines.builders import PodmanBuilder
+from torchstack.engines.engine import SETUP, Builder, Engine, numbers, reason
 
 # The oldest Podman builds are tried with (Debian 12's): its own build endpoint with every date given
 # (oci_build.py) and the Docker-compatible API the toolkit drives. RHEL 8 and 9 ship newer ones.

@@ -51,7 +51,7 @@ def predicate(plan: Plan, info: dict, record: dict, started: datetime, finished:
     compares the image against); runDetails when and how it ran. `record` is the build's record of
     what makes it again (pipeline.run_build): the OS image's ID, the archive's state, the engine
     (kind, release, image store: another store makes other layers of the same steps), and why_not
-    where this engine's images cannot be made again bit for bit (builders.Builder.why_not_reproducible)."""
+    where this engine's images cannot be made again bit for bit (engine.Builder.why_not_reproducible)."""
     why_not = record.get("why_not")
     engine = record.get("engine") or {}
     return {

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from torchstack.build.release import CONTENT_LABEL, published
 from torchstack.build.sbom import BUILD_INFO_LABEL
-from torchstack.engines.builders import BuildRun
+from torchstack.engines.engine import BuildRun
 from torchstack.publishing import lazy, publish, signing
 from torchstack.registries import registry
 from torchstack.reports.build_report import Published, ReleaseOutcome

@@ -19,8 +19,7 @@ from torchstack.build.render import BuildSecrets
 from torchstack.catalog.model import Catalog
 from torchstack.catalog.wheels import pip_conf_text
 from torchstack.engines import buildkit, connection, engine
-from torchstack.engines.builders import Builder, BuildRun
-from torchstack.engines.engine import Engine
+from torchstack.engines.engine import Builder, BuildRun, Engine
 from torchstack.publishing import sending
 from torchstack.reports import build_report
 from torchstack.reports.build_report import Published, ReleaseOutcome
