@@ -25,7 +25,7 @@ import pytest
 from docker.models.containers import ContainerCollection
 
 from tests import session
-from tests.engine.hosts import COSIGN_KEYS, CURRENT_ENGINE, PODMAN, PODMAN5_IMAGE, REBUILD_ENGINE, REGISTRY, SECOND_ENGINE
+from tests.engine.hosts import COSIGN_KEYS, CURRENT_ENGINES, PODMAN, PODMAN5_IMAGE, REBUILD_ENGINES, REGISTRY, SECOND_ENGINE
 from tests.engine.images import APP_RELEASE, BUILDKIT_TAG, IMAGES, README_WHEEL, ZENDNN_WHEELS, copy_of_checkout, x86_wheelhouse
 from torchstack.base import sharing
 from torchstack.base.state import state_dir
@@ -193,7 +193,7 @@ def pytest_sessionfinish(session):
     if "requirements_build" in started:  # its test untags it; not if the session ended before
         untag(docker.from_env(), f":{APP_RELEASE}-")
     # Side by side: each waits mostly on its engine's shutdown and its disk.
-    resources = (PODMAN, SECOND_ENGINE, CURRENT_ENGINE, REBUILD_ENGINE, REGISTRY, COSIGN_KEYS, README_WHEEL)
+    resources = (PODMAN, SECOND_ENGINE, *CURRENT_ENGINES.values(), *REBUILD_ENGINES.values(), REGISTRY, COSIGN_KEYS, README_WHEEL)
     closing = [threading.Thread(target=resource.close) for resource in resources]
     for thread in closing:
         thread.start()

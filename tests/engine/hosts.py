@@ -183,7 +183,7 @@ CURRENT_DOCKER = Path("/usr/local/lib/torchstack/docker-containerd")
 
 
 def current_dockerd() -> str:
-    """The dockerd of the current engine (second_engine with containerd_store), whatever the host's is."""
+    """The dockerd of the current engines (second_engine with a `store`), whatever the host's is."""
     if not all((CURRENT_DOCKER / name).is_file() for name in ("dockerd", "docker", "containerd", "containerd-shim-runc-v2")):
         pytest.fail(f"the current Docker engine is missing ({CURRENT_DOCKER}): run scripts/setup-host.sh --tests")
     return str(CURRENT_DOCKER / "dockerd")
@@ -196,19 +196,23 @@ def current_client_env(host: str) -> dict[str, str]:
     return {"DOCKER_HOST": host, "PATH": f"{CURRENT_DOCKER}:{os.environ['PATH']}"}
 
 
+# Docker's two image stores, by the name an engine's summary gives each: whether the store is containerd's
+# (daemon.json's `containerd-snapshotter` feature).
+STORES = {"overlay2": False, "containerd": True}
+
+
 @contextlib.contextmanager
-def second_engine(
-    dockerd: str | None = None, name: str = "tsb", subnet: str = "10.213.77.1/24", containerd_store: bool = False
-) -> Iterator[str]:
+def second_engine(dockerd: str | None = None, name: str = "tsb", subnet: str = "10.213.77.1/24", store: str | None = None) -> Iterator[str]:
     """Another Docker engine on this machine (the host's dockerd, or `dockerd`), empty, as a new CI
     runner's: its own data root, exec root (and so its own containerd), pid file and socket, and a
     bridge of its own (`name`, `subnet`: one per engine) with no iptables rules (builds use the host's
     network, checks run with none). Not `--bridge=none`: an engine started so deletes the host's
-    docker0, the first engine's bridge. With `containerd_store`, as Docker 29 runs on a new install:
-    images in containerd's image store (a daemon config file sets the feature), API floor 1.44, and
-    the containerd in dockerd's own folder (forky's 2.1, not the host's 1.6: dockerd starts it as
-    its child, from PATH). Yields its DOCKER_HOST; stopped, its bridge and its data removed
-    afterwards. The folder is short: containerd's sockets live under the exec root."""
+    docker0, the first engine's bridge. With `store` (STORES), as Docker 29 runs, on a new install
+    (containerd) or upgraded from an older release (overlay2): that image store, set in a daemon
+    config file rather than left to the release's default, API floor 1.44, and the containerd in
+    dockerd's own folder (forky's 2.1, not the host's 1.6: dockerd starts it as its child, from
+    PATH). Yields its DOCKER_HOST; stopped, its bridge and its data removed afterwards. The folder
+    is short: containerd's sockets live under the exec root."""
     dockerd, ip = dockerd or shutil.which("dockerd"), shutil.which("ip")
     if not dockerd or not ip:
         pytest.fail(f"{'dockerd' if not dockerd else 'ip (iproute2)'} is missing: run scripts/setup-host.sh")
@@ -229,8 +233,8 @@ def second_engine(
         f"--cgroup-parent=/torchstack-{name}-engine",
     ]
     env = dict(os.environ)
-    if containerd_store:
-        (folder / "daemon.json").write_text(json.dumps({"features": {"containerd-snapshotter": True}}))
+    if store:
+        (folder / "daemon.json").write_text(json.dumps({"features": {"containerd-snapshotter": STORES[store]}}))
         command.append(f"--config-file={folder / 'daemon.json'}")
         env.update(DOCKER_MIN_API_VERSION="1.44", PATH=f"{Path(dockerd).parent}:{env['PATH']}")
     log = open(folder / "dockerd.log", "w")
@@ -451,16 +455,19 @@ def podman5_engine(registry: str, image: str) -> Iterator[dict]:
 SECOND_ENGINE = Resource(lambda stack: stack.enter_context(second_engine()))
 
 
-# An empty Docker engine as Docker 29 runs on a new install (BuildKit its default builder, images in
-# containerd's store), made by whoever asks first: the README's build on it (images.py: built_on_current).
-# Its clients run with current_client_env.
-CURRENT_ENGINE = Resource(
-    lambda stack: stack.enter_context(second_engine(current_dockerd(), "tsc", "10.213.78.1/24", containerd_store=True))
-)
-# Another, of the same release, for the README's build made again elsewhere (images.py: rebuilt_on_current).
-REBUILD_ENGINE = Resource(
-    lambda stack: stack.enter_context(second_engine(current_dockerd(), "tsr", "10.213.79.1/24", containerd_store=True))
-)
+# Empty Docker engines of a current release (forky's 28.5.2, BuildKit its default builder), by image store
+# (STORES): as Docker 29 runs on a new install (containerd), and as Docker 23 to 28 and Docker 29
+# upgraded from an older release run (overlay2). Each made by whoever asks first: the README's build
+# on it (images.py: REPRODUCED). Their clients run with current_client_env.
+CURRENT_ENGINES = {
+    "containerd": Resource(lambda stack: stack.enter_context(second_engine(current_dockerd(), "tsc", "10.213.78.1/24", "containerd"))),
+    "overlay2": Resource(lambda stack: stack.enter_context(second_engine(current_dockerd(), "tso", "10.213.82.1/24", "overlay2"))),
+}
+# Another of each, for the README's build made again elsewhere (images.py: REPRODUCED).
+REBUILD_ENGINES = {
+    "containerd": Resource(lambda stack: stack.enter_context(second_engine(current_dockerd(), "tsr", "10.213.79.1/24", "containerd"))),
+    "overlay2": Resource(lambda stack: stack.enter_context(second_engine(current_dockerd(), "tsq", "10.213.83.1/24", "overlay2"))),
+}
 
 
 # trixie's Podman 5 as an image of the host's engine (podman5_engine runs it), built by whoever asks first.

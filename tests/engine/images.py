@@ -33,10 +33,10 @@ from tests import session
 from tests.conftest import build_plugin_wheels
 from tests.engine.hosts import (
     COSIGN_KEYS,
-    CURRENT_ENGINE,
+    CURRENT_ENGINES,
     PODMAN,
     PODMAN5_IMAGE,
-    REBUILD_ENGINE,
+    REBUILD_ENGINES,
     REGISTRY,
     SECOND_ENGINE,
     Resource,
@@ -400,18 +400,26 @@ def _engine_b_inputs(build: Build, folder: Path) -> list[str]:
     return ["--torch-wheel", x86_wheelhouse(), "--cache-from", f"{REGISTRY.get()}/ml"]
 
 
-def _current_engine_inputs(build: Build, folder: Path) -> list[str]:
-    build.env = current_client_env(CURRENT_ENGINE.get())
+# The README's image made again elsewhere, on each of Docker's image stores (hosts.CURRENT_ENGINES): the
+# table's names for its build, its move to the store's other engine, and its rebuild there.
+REPRODUCED = {
+    "containerd": ("built_on_current", "moved_to_rebuild_engine", "rebuilt_on_current"),
+    "overlay2": ("built_on_overlay2", "moved_to_overlay2_rebuild_engine", "rebuilt_on_overlay2"),
+}
+
+
+def _current_engine_inputs(store: str, build: Build, folder: Path) -> list[str]:
+    build.env = current_client_env(CURRENT_ENGINES[store].get())
     return ["--torch-wheel", x86_wheelhouse()]
 
 
-def _moved_to_rebuild_engine() -> str:
+def _moved_to_rebuild_engine(store: str) -> str:
     """The README's image, as a third party has it: moved from the engine that built it to another, empty one."""
-    image = IMAGES.table["built_on_current"].result()["stages"][-1]["tags"][-1]
-    source, target = (shlex.quote(engine.get()) for engine in (CURRENT_ENGINE, REBUILD_ENGINE))
+    image = IMAGES.table[REPRODUCED[store][0]].result()["stages"][-1]["tags"][-1]
+    source, target = (shlex.quote(engines[store].get()) for engines in (CURRENT_ENGINES, REBUILD_ENGINES))
     command = f"docker -H {source} save {shlex.quote(image)} | docker -H {target} load"
     moved = subprocess.run(
-        command, shell=True, capture_output=True, text=True, env={**os.environ, **current_client_env(CURRENT_ENGINE.get())}
+        command, shell=True, capture_output=True, text=True, env={**os.environ, **current_client_env(CURRENT_ENGINES[store].get())}
     )
     if moved.returncode != 0:
         raise RuntimeError(f"moving {image} to the other engine failed: {moved.stderr[-2000:]}")
@@ -441,10 +449,10 @@ def _podman_stages_twice() -> list[dict]:
     return summaries
 
 
-def _rebuild_inputs(build: Build, folder: Path) -> list[str]:
+def _rebuild_inputs(store: str, build: Build, folder: Path) -> list[str]:
     """`verify IMAGE --rebuild` on the engine the image was moved to, with a state folder of its own."""
-    build.env = {**current_client_env(REBUILD_ENGINE.get()), "TORCHSTACK_CACHE": str(folder / "state")}
-    image = IMAGES.table["moved_to_rebuild_engine"].result()
+    build.env = {**current_client_env(REBUILD_ENGINES[store].get()), "TORCHSTACK_CACHE": str(folder / "state")}
+    image = IMAGES.table[REPRODUCED[store][1]].result()
     return [image, "--rebuild", "--torch-wheel", x86_wheelhouse(), "--ca-bundle", str(CA_BUNDLE)]
 
 
@@ -494,13 +502,30 @@ IMAGES = Scheduler(
         # tests run last. It builds on nothing of the x86_64 chain, so it starts beside it.
         "arm64_os": Build(["bootstrap", "--arch", "aarch64"], summary=False, recheck=False),
         # The README's build as it is (no --builder: BuildKit by default) on an empty engine of a current
-        # Docker release, as on a Debian 13 or Ubuntu 24.04 host or a CI runner: every stage built anew.
-        "built_on_current": Build(X86_ARGS, after=("x86_build",), prepare=_current_engine_inputs),
+        # Docker release in its containerd image store, as on an Ubuntu 24.04 host or a CI runner: every
+        # stage built anew.
+        "built_on_current": Build(X86_ARGS, after=("x86_build",), prepare=functools.partial(_current_engine_inputs, "containerd")),
         # That image built again by `verify --rebuild`, cold, on another empty engine of that release it is
         # moved to, with a state folder of its own: another host's clock, cache and downloads
         # (test_reproducible.py). First of those after the x86_64 chain: the longest chain that follows it.
-        "moved_to_rebuild_engine": Call(_moved_to_rebuild_engine, lambda image: None, after=("built_on_current",)),
-        "rebuilt_on_current": Build(["verify"], after=("moved_to_rebuild_engine",), prepare=_rebuild_inputs, recheck=False),
+        "moved_to_rebuild_engine": Call(
+            functools.partial(_moved_to_rebuild_engine, "containerd"), lambda image: None, after=("built_on_current",)
+        ),
+        "rebuilt_on_current": Build(
+            ["verify"], after=("moved_to_rebuild_engine",), prepare=functools.partial(_rebuild_inputs, "containerd"), recheck=False
+        ),
+        # The same on engines of that release in the overlay2 store, as on a Debian 13 host: built and
+        # built again (test_reproducible.py). No checks: the README image's pass on the host's engine
+        # and on the containerd store (test_current_docker.py); this pair proves only the image IDs.
+        "built_on_overlay2": Build(
+            [*X86_ARGS, "--no-test"], after=("x86_build",), prepare=functools.partial(_current_engine_inputs, "overlay2"), recheck=False
+        ),
+        "moved_to_overlay2_rebuild_engine": Call(
+            functools.partial(_moved_to_rebuild_engine, "overlay2"), lambda image: None, after=("built_on_overlay2",)
+        ),
+        "rebuilt_on_overlay2": Build(
+            ["verify"], after=("moved_to_overlay2_rebuild_engine",), prepare=functools.partial(_rebuild_inputs, "overlay2"), recheck=False
+        ),
         # trixie's skopeo for the signature policy tests.
         "skopeo": Call(_skopeo_image, _remove_image, after=("x86_build",)),
         # zendnn with zentorch (from PyPI, paired with torch by version) and the two test plugins

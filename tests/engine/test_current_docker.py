@@ -9,7 +9,7 @@ import json
 import docker
 import pytest
 
-from tests.engine.hosts import CURRENT_ENGINE
+from tests.engine.hosts import CURRENT_ENGINES
 from tests.engine.images import IMAGES
 from torchstack.build.sbom import BUILD_INFO_LABEL
 
@@ -18,8 +18,8 @@ pytestmark = pytest.mark.engine
 
 @pytest.fixture(scope="session")
 def current_engine() -> str:
-    """The current engine's DOCKER_HOST (hosts.CURRENT_ENGINE: started, empty, for the build below)."""
-    return CURRENT_ENGINE.get()
+    """The current engine's DOCKER_HOST (hosts.CURRENT_ENGINES, the containerd store's: started, empty, for the build below)."""
+    return CURRENT_ENGINES["containerd"].get()
 
 
 @pytest.fixture(scope="session")

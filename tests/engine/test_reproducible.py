@@ -1,6 +1,7 @@
 """The README's image built again by `verify IMAGE --rebuild`, cold, on another empty engine of a current
-Docker release (BuildKit), with a state folder of its own and at another time, from the same wheel: the
-OS image, every stage and the release image come out with the same image IDs. Podman, the other engine
+Docker release (BuildKit) and image store, with a state folder of its own and at another time, from the
+same wheel: the OS image, every stage and the release image come out with the same image IDs, on each of
+Docker's image stores (containerd's, overlay2). Podman, the other engine
 kind, makes the same OS image and the same stages before the numpy compile on two empty engines. What
 differs between two images is named by layer and file. A build asked for a past state of the Debian
 archive takes every suite from it."""
@@ -13,8 +14,8 @@ from datetime import datetime, timedelta, timezone
 import docker
 import pytest
 
-from tests.engine.hosts import CURRENT_ENGINE, REBUILD_ENGINE, REGISTRY
-from tests.engine.images import IMAGES, X86_ARGS, run_build_py, x86_wheelhouse
+from tests.engine.hosts import CURRENT_ENGINES, REBUILD_ENGINES, REGISTRY
+from tests.engine.images import IMAGES, REPRODUCED, X86_ARGS, run_build_py, x86_wheelhouse
 from tests.local_archive import LocalArchive, SnapshotArchive
 from torchstack.build import archive
 from torchstack.publishing import publish
@@ -30,24 +31,35 @@ def built_on_current(x86_build) -> dict:
 
 
 @pytest.fixture(scope="session")
-def rebuilt_on_current(built_on_current) -> dict:
-    """The rebuild's summary, with verify's output; a skip where the Debian archive moved on between the
-    two builds (a new InRelease: they had different inputs) or where the checkout has uncommitted changes
-    (nobody can build such an image again: verify refuses it)."""
+def built_on_overlay2(x86_build) -> dict:
+    return IMAGES.result("built_on_overlay2")
+
+
+def _rebuilt(store: str, built: dict) -> dict:
+    """The rebuild's summary on the store's other engine, with verify's output; a skip where the Debian
+    archive moved on between the two builds (a new InRelease: they had different inputs) or where the
+    checkout has uncommitted changes (nobody can build such an image again: verify refuses it)."""
     if (toolkit_revision()["revision"] or "").endswith("-dirty"):
         pytest.skip("the checkout has uncommitted changes: its images record no revision anyone can check out")
+    name = REPRODUCED[store][-1]
     try:
-        return IMAGES.result("rebuilt_on_current")
+        return IMAGES.result(name)
     except AssertionError:
-        folder = IMAGES.table["rebuilt_on_current"].folder
+        folder = IMAGES.table[name].folder
         summary = folder / "summary.json" if folder else None
-        if (
-            summary
-            and summary.is_file()
-            and json.loads(summary.read_text())["reproducible"]["archive"] != built_on_current["reproducible"]["archive"]
-        ):
+        if summary and summary.is_file() and json.loads(summary.read_text())["reproducible"]["archive"] != built["reproducible"]["archive"]:
             pytest.skip("the Debian archive changed between the two builds (a new InRelease): they had different inputs")
         raise
+
+
+@pytest.fixture(scope="session")
+def rebuilt_on_current(built_on_current) -> dict:
+    return _rebuilt("containerd", built_on_current)
+
+
+@pytest.fixture(scope="session")
+def rebuilt_on_overlay2(built_on_overlay2) -> dict:
+    return _rebuilt("overlay2", built_on_overlay2)
 
 
 def _ids(summary: dict) -> dict[str, str]:
@@ -55,8 +67,9 @@ def _ids(summary: dict) -> dict[str, str]:
     return {"os": summary["reproducible"]["base_image_id"], **stages, "release": summary["image_id"]}
 
 
-def test_verify_rebuild_makes_the_same_images_on_another_engine(built_on_current, rebuilt_on_current):
-    first, again = built_on_current, rebuilt_on_current
+def _made_the_same(store: str, first: dict, again: dict) -> None:
+    """The rebuild on the store's other engine said `reproduced`, built every stage, and made the first build's images."""
+    assert first["engine"]["store"] == again["engine"]["store"] == store, (first["engine"], again["engine"])
     assert first["reproducible"]["why_not"] is None and again["reproducible"]["why_not"] is None
     assert first["reproducible"]["source_date_epoch"] == again["reproducible"]["source_date_epoch"]
     assert f"torchstack: reproduced {first['stages'][-1]['tags'][-1]}" in again["output"]
@@ -67,13 +80,23 @@ def test_verify_rebuild_makes_the_same_images_on_another_engine(built_on_current
     assert all(s["image"].startswith("torchstack-rebuild-") for s in again["stages"]), "the rebuild replaces no image of the host's"
 
 
+def test_verify_rebuild_makes_the_same_images_on_another_engine(built_on_current, rebuilt_on_current):
+    _made_the_same("containerd", built_on_current, rebuilt_on_current)
+
+
+def test_verify_rebuild_makes_the_same_images_on_another_engine_of_the_overlay2_store(built_on_overlay2, rebuilt_on_overlay2):
+    """As on the containerd store, on Docker's overlay2 store with BuildKit (Docker 23 and later), which
+    most build hosts run: Docker 23 to 28, Docker 29 upgraded from an older release, Debian 13's 26."""
+    _made_the_same("overlay2", built_on_overlay2, rebuilt_on_overlay2)
+
+
 def test_the_release_pushed_from_each_engine_has_one_digest_its_image_id(built_on_current, rebuilt_on_current):
     """On Docker's containerd image store (the engines of these builds) an image's ID is its manifest's
     digest, and BuildKit attaches no attestation of its own: the release image, pushed from the engine
     that built it and from the one it was moved to (where the rebuild made the same ID), is one digest."""
     image, registry = built_on_current["stages"][-1]["tags"][-1], REGISTRY.get()
     digests = set()
-    for engine, name in ((CURRENT_ENGINE, "built"), (REBUILD_ENGINE, "moved")):
+    for engine, name in ((CURRENT_ENGINES["containerd"], "built"), (REBUILD_ENGINES["containerd"], "moved")):
         client = docker.DockerClient(base_url=engine.get())
         digests.add(publish.push(client, image, f"{registry}/containerd-store/readme:{name}", lambda line: None).digest)
     assert digests == {built_on_current["image_id"]}, digests
@@ -82,7 +105,7 @@ def test_the_release_pushed_from_each_engine_has_one_digest_its_image_id(built_o
 def test_what_differs_between_two_images_is_named_by_layer_and_file(rebuilt_on_current, tmp_path):
     """Two images on the OS image the rebuild made, the same second layer (from the engine's cache),
     one file apart in the third."""
-    client = docker.DockerClient(base_url=REBUILD_ENGINE.get())
+    client = docker.DockerClient(base_url=REBUILD_ENGINES["containerd"].get())
     base = rebuilt_on_current["reproducible"]["base_image_id"]
     (tmp_path / "Dockerfile").write_text(
         f"FROM {base}\nRUN echo same > /etc/torchstack-same\nARG CONTENT\nRUN echo $CONTENT > /etc/torchstack-changed\n"
