@@ -334,7 +334,7 @@ def test_a_third_engine_is_one_class_and_one_line_in_kinds(monkeypatch):
         def names_itself(cls, version):
             return any(c.get("Name") == "Other Engine" for c in version.get("Components") or [])
 
-        def builder_word(self, choice, compiles_torch, buildx_installed):
+        def builder_word(self, compiles_torch, buildx_installed, released):
             return "docker"
 
         def login_hint(self, host):
@@ -346,5 +346,5 @@ def test_a_third_engine_is_one_class_and_one_line_in_kinds(monkeypatch):
     assert choose("other", {"DOCKER_HOST": "tcp://h:2375"}, uid=0).url == "tcp://h:2375"
     assert connection.kind_of({"Components": [{"Name": "Other Engine"}]}) == "other"
     assert connection.kind_of({"Components": [{"Name": "Engine"}]}) == "docker"
-    assert isinstance(chosen.builder(None, chosen.builder_word("auto", True, True)), LegacyBuilder)
+    assert isinstance(chosen.builder(None, chosen.builder_word(True, lambda: True, lambda: chosen)), LegacyBuilder)
     assert chosen.login_hint("r.example") == "log in with `other login r.example`"

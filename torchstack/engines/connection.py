@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import replace
@@ -114,11 +115,13 @@ def described(chosen: Engine, version: dict, info: dict) -> Engine:
 
 
 def settle_builder(choice: str, compiles_torch: bool, chosen: Engine) -> str:
-    """--builder auto settled on `chosen` (connected or not: its release is asked for here), in
+    """--builder auto settled on `chosen` (connected or not: its release is asked for where the choice needs it), in
     --builder's words: BuildKit wherever the engine has it as its default and buildx is installed,
     and for a PyTorch compile on any Docker engine; the legacy builder where the engine offers
     nothing else (Docker 20.10 without buildx, Podman's API)."""
-    return with_release(chosen).builder_word(choice, compiles_torch, buildkit.available())
+    if choice != "auto":
+        return choice
+    return chosen.builder_word(compiles_torch, buildkit.available, functools.partial(with_release, chosen))
 
 
 def why_not_reproducible(chosen: Engine, wanted: str) -> str | None:

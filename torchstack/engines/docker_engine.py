@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import docker
@@ -39,15 +39,13 @@ class DockerEngine(Engine):
         major = self.version.split(".")[0]
         return major.isdigit() and int(major) >= 23
 
-    def builder_word(self, choice: str, compiles_torch: bool, buildx_installed: bool) -> str:
+    def builder_word(self, compiles_torch: bool, buildx_installed: Callable[[], bool], released: Callable[[], Engine]) -> str:
         """BuildKit wherever the engine has it as its default (Docker 23 and later) and buildx is
         installed, and for a PyTorch compile (its compiler cache mount); the legacy builder where the
         engine offers nothing else (Docker 20.10 without buildx)."""
-        if choice != "auto":
-            return choice
-        if not buildx_installed:
+        if not buildx_installed():
             return "docker"
-        return BUILDKIT if compiles_torch or self.buildkit_default else "docker"
+        return BUILDKIT if compiles_torch or released().buildkit_default else "docker"
 
     def builder(self, client: docker.DockerClient, wanted: str, buildx_builder: str | None = None) -> Builder:
         if wanted == BUILDKIT:

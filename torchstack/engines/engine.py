@@ -75,8 +75,9 @@ class Engine:
 
     # What each kind answers in its own way.
 
-    def builder_word(self, choice: str, compiles_torch: bool, buildx_installed: bool) -> str:
-        """--builder auto settled on this engine, in --builder's words (docker | buildx)."""
+    def builder_word(self, compiles_torch: bool, buildx_installed: Callable[[], bool], released: Callable[[], Engine]) -> str:
+        """--builder auto settled on this engine, in --builder's words (docker | buildx). What it asks,
+        it asks when it needs it: whether buildx is installed, the engine with its release."""
         raise NotImplementedError
 
     def builder(self, client: docker.DockerClient, wanted: str, buildx_builder: str | None = None) -> Builder:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import docker
@@ -39,7 +40,7 @@ class PodmanEngine(Engine):
     def names_itself(cls, version: dict) -> bool:
         return any("podman" in str(c.get("Name", "")).lower() for c in version.get("Components") or [])
 
-    def builder_word(self, choice: str, compiles_torch: bool, buildx_installed: bool) -> str:
+    def builder_word(self, compiles_torch: bool, buildx_installed: Callable[[], bool], released: Callable[[], Engine]) -> str:
         return "docker"  # its builder, behind the legacy build API's word
 
     def builder(self, client: docker.DockerClient, wanted: str, buildx_builder: str | None = None) -> Builder:
