@@ -150,11 +150,11 @@ def _stage_job(
 ) -> BuildJob:
     """What building `stage` asks of the builder: its context, tag, labels, the images whose steps it
     may reuse (--cache-from), its dates (reproducible.py), its secrets."""
-    cache, reads = (), build.builder
-    if run.cache_from and reads.reads_cache_from_registry:  # BuildKit asks the registry itself, and says nothing when it lacks the image
+    cache, builder = (), build.builder
+    if run.cache_from and builder.reads_cache_from_registry:  # BuildKit asks the registry itself, and says nothing when it lacks the image
         cache = (tags.remote_name(run.cache_from, tags.pushed_as(plan, stage)),)
         _say_if_unreadable(cache[0], view.note)
-    elif run.cache_from and reads.reads_cache_from_images:
+    elif run.cache_from and builder.reads_cache_from_images:
         cache = tuple(filter(None, [_cache_source(build.client, plan, stage, run.cache_from, view.note)]))
     return BuildJob(
         context=build.contexts / stage.name,
