@@ -68,7 +68,7 @@ def _print_dry_run(settled) -> None:
     for note in settled.notes:
         click.echo(note.removeprefix("torchstack: "))
     chosen = choose(run.engine)
-    click.echo(format_plan(settled.plan, chosen.builder(None, settled.plan.builder).name))
+    click.echo(format_plan(settled.plan, chosen.builder_name(settled.plan.builder)))
     click.echo(f"engine        {chosen.describe()}")
     why_not = why_not_reproducible(chosen, settled.plan.builder)
     click.echo(f"reproducible  {'no: ' + why_not if why_not else 'yes: the same request and inputs give the same images'}")
@@ -119,7 +119,7 @@ def _plan_command(catalog: Catalog) -> click.Command:
 
         plan = make_plan(catalog, request_from(options))
         chosen = choose(options["engine"])
-        click.echo(format_plan(plan, chosen.builder(None, plan.builder).name))
+        click.echo(format_plan(plan, chosen.builder_name(plan.builder)))
         click.echo(f"engine        {chosen.describe()}")
         # On a CPU that lacks the target's features: what each compiled component's build runs here.
         for note in require_cpu_for_checks(plan, checks=False):

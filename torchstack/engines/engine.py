@@ -84,6 +84,10 @@ class Engine:
         """The builder a plan's `wanted` (--builder's word, settled) means on this engine."""
         raise NotImplementedError
 
+    def builder_name(self, wanted: str) -> str:
+        """The name (buildkit, legacy, buildah: the summary's) of the builder `wanted` means here."""
+        return self.builder(None, wanted).name
+
     def login_hint(self, host: str) -> str:
         """What a registry's refused login tells the user to do."""
         raise NotImplementedError
