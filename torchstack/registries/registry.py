@@ -8,15 +8,16 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import ipaddress
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urljoin, urlsplit
 
 import requests
 
 from torchstack.base.errors import ToolkitError, UsageProblem
+from torchstack.registries.http_auth import authorization, is_loopback, realm_refused, same_origin
 from torchstack.registries.logins import LOG_IN, Login, LoginRefused, Trusting, login_for, tls_context
 
 # Both generations of image manifests and lists: Docker's and OCI's.
@@ -30,16 +31,6 @@ ACCEPT = ", ".join(
 )
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
-
-
-def is_loopback(host: str) -> bool:
-    name = host.rsplit(":", 1)[0].strip("[]") if host.count(":") <= 1 or host.startswith("[") else host
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
 
 
 class RegistryProblem(ToolkitError):
@@ -93,6 +84,7 @@ class Registry:
         self.session = requests.Session()
         self.session.mount("https://", Trusting(tls_context(host)))
         self._basic = False  # the registry asked for the login itself, not a token
+        self._bearer = ""  # the token the registry's own token service issued
         self._scheme: str | None = None
 
     @functools.cached_property
@@ -134,9 +126,9 @@ class Registry:
         url = path if "://" in path else f"{self.base}/{path}"
         headers = {"Accept": accept, **options.pop("headers", {})}
         try:
-            answer = self.session.request(method, url, headers=headers, auth=self._auth(), timeout=120, **options)
-            if answer.status_code == 401 and self._authenticate(answer.headers.get("WWW-Authenticate", "")):
-                answer = self.session.request(method, url, headers=headers, auth=self._auth(), timeout=120, **options)
+            answer = self.session.request(method, url, headers={**headers, **self._credential(url)}, timeout=120, **options)
+            if answer.status_code == 401 and same_origin(url, self.base) and self._authenticate(answer.headers.get("WWW-Authenticate", "")):
+                answer = self.session.request(method, url, headers={**headers, **self._credential(url)}, timeout=120, **options)
         except requests.RequestException as exc:
             raise RegistryProblem(f"{self.host}: {_why_not_reached(exc)}") from None
         where = (path.split("?")[0] or "/v2/") if "://" not in path else "an upload"
@@ -149,8 +141,10 @@ class Registry:
             raise RegistryProblem(f"{self.host}: {answer.status_code} for {method} {where}" + (f" ({said})" if said else ""))
         return answer
 
-    def _auth(self) -> tuple[str, str] | None:
-        return (self.login.username, self.login.password) if self._basic and self.login else None
+    def _credential(self, url: str) -> dict[str, str]:
+        """The Authorization for `url`, none where it is not this registry's (a redirect elsewhere
+        loses it too: requests' `Session.rebuild_auth`)."""
+        return authorization(url, self.base, self._bearer, self.login if self._basic else None)
 
     def _refused(self, what: str) -> str:
         if self.login is None:
@@ -161,7 +155,7 @@ class Registry:
         """Answer a 401's challenge: a Bearer token from the registry's token service (with the
         login, where this host keeps one), or the login itself; False where there is nothing to try."""
         if challenge.lower().startswith("bearer"):
-            self.session.headers["Authorization"] = f"Bearer {self._token(challenge)}"
+            self._bearer = self._token(challenge)
             return True
         if self.login and not self._basic:
             self._basic = True
@@ -171,19 +165,26 @@ class Registry:
     def _token(self, challenge: str, scope: str | None = None) -> str:
         fields = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
         params = {"service": fields.get("service", ""), "scope": scope or fields.get("scope", "")}
+        realm = fields.get("realm", "")
+        if why := realm_refused(realm):
+            raise RegistryProblem(f"{self.host}: {why}")
         try:
             if self.login and self.login.identity_token:  # OAuth2's refresh-token grant (distribution's token spec)
                 form = {**params, "grant_type": "refresh_token", "refresh_token": self.login.identity_token, "client_id": "torchstack"}
-                answer = requests.post(fields.get("realm", ""), data=form, timeout=60)
+                answer = requests.post(realm, data=form, timeout=60)
             else:
                 login = (self.login.username, self.login.password) if self.login else None
-                answer = self.session.get(fields.get("realm", ""), params=params, auth=login, headers={"Authorization": None}, timeout=60)
+                answer = self.session.get(realm, params=params, auth=login, timeout=60)
         except requests.RequestException as exc:
             raise RegistryProblem(f"{self.host}'s token service does not answer ({_why_not_reached(exc)})") from None
         if answer.status_code >= 400:
             raise LoginRefused(self._refused(f"no token: {answer.status_code}"))
-        body = answer.json()
-        return body.get("token") or body.get("access_token") or ""
+        try:
+            body = answer.json()
+            return str(body.get("token") or body.get("access_token") or "")
+        except (ValueError, AttributeError):
+            kind = answer.headers.get("Content-Type", "no Content-Type").split(";")[0]
+            raise RegistryProblem(f"{self.host}'s token service {urlsplit(realm).hostname} answers {kind}, not JSON with a token") from None
 
     def manifest(self, reference: Reference) -> tuple[str, dict]:
         """The digest and the manifest (or list) `reference` names now."""
@@ -193,9 +194,11 @@ class Registry:
     def manifest_bytes(self, repository: str, name: str) -> tuple[str, str, bytes]:
         """The digest, media type and bytes (as the registry holds them) of a manifest, by tag or digest."""
         answer = self.request("GET", f"{repository}/manifests/{name}", ACCEPT)
-        digest = answer.headers.get("Docker-Content-Digest") or digest_of(answer.content)
-        if DIGEST.fullmatch(name) and digest_of(answer.content) != name:
-            raise RegistryProblem(f"{self.host}/{repository}@{name}: the registry answered other bytes ({digest_of(answer.content)})")
+        digest, said = digest_of(answer.content), answer.headers.get("Docker-Content-Digest")
+        if DIGEST.fullmatch(name) and digest != name:
+            raise RegistryProblem(f"{self.host}/{repository}@{name}: the registry answered other bytes ({digest})")
+        if said and said != digest:
+            raise RegistryProblem(f"{self.host}/{repository}:{name}: the registry says its digest is {said[:80]!r}, its bytes are {digest}")
         return digest, answer.headers.get("Content-Type", "").split(";")[0], answer.content
 
     def referrers(self, repository: str, digest: str) -> list[dict]:
@@ -216,11 +219,11 @@ class Registry:
 
     def config(self, repository: str, manifest: dict) -> dict:
         """An image manifest's configuration (its labels under config.Labels)."""
-        return self.request("GET", f"{repository}/blobs/{manifest['config']['digest']}").json()
+        return self.request("GET", f"{repository}/blobs/{self._named(repository, manifest['config'])}").json()
 
     def fetch_blob(self, repository: str, descriptor: dict, folder: Path) -> None:
         """The blob `descriptor` names, into `folder`/sha256/HEX (an OCI layout's blobs), checked against its digest."""
-        target = folder / "sha256" / descriptor["digest"].removeprefix("sha256:")
+        target = folder / "sha256" / self._named(repository, descriptor).removeprefix("sha256:")
         if target.is_file():
             return
         answer = self.request("GET", f"{repository}/blobs/{descriptor['digest']}", stream=True)
@@ -243,10 +246,7 @@ class Registry:
             return digest
         except NotInRegistry:
             pass
-        started = self.request("POST", f"{repository}/blobs/uploads/")
-        location = started.headers["Location"]
-        if "://" not in location:
-            location = f"{self.base.removesuffix('/v2')}{location}"
+        location = self._upload(self.request("POST", f"{repository}/blobs/uploads/"))
         separator = "&" if "?" in location else "?"
         octets = {"Content-Type": "application/octet-stream"}
         self.request("PUT", f"{location}{separator}digest={digest}", data=data, headers=octets)
@@ -258,11 +258,22 @@ class Registry:
         answer = self.request("POST", f"{repository}/blobs/uploads/?mount={digest}&from={source}")
         if answer.status_code == 201:
             return True
-        location = answer.headers.get("Location", "")
-        if location:
-            with contextlib.suppress(RegistryProblem):
-                self.request("DELETE", location if "://" in location else f"{self.base.removesuffix('/v2')}{location}")
+        with contextlib.suppress(RegistryProblem):
+            self.request("DELETE", self._upload(answer))
         return False
+
+    def _upload(self, started: requests.Response) -> str:
+        """The whole URL of the upload a POST started (its Location, which may be on another host)."""
+        if "Location" not in started.headers:
+            raise RegistryProblem(f"{self.host}: an upload started with no Location to send it to")
+        return urljoin(started.url, started.headers["Location"])
+
+    def _named(self, repository: str, descriptor: dict) -> str:
+        """The digest a manifest's descriptor names, where it is one (sha256: and 64 hex digits): it becomes a file name."""
+        digest = descriptor.get("digest") if isinstance(descriptor, dict) else None
+        if not isinstance(digest, str) or not DIGEST.fullmatch(digest):
+            raise RegistryProblem(f"{self.host}/{repository}: a manifest names {str(digest)[:80]!r}, not a sha256 digest")
+        return digest
 
     def put_manifest(self, repository: str, name: str, body: bytes, media_type: str) -> bool:
         """A manifest under `name` (a tag, or its digest); whether the registry took its subject into
@@ -295,7 +306,7 @@ class Registry:
             (blobs / "sha256" / digest.removeprefix("sha256:")).write_bytes(body)
             parsed = json.loads(body)
             for entry in parsed.get("manifests") or []:
-                manifest(entry["digest"])
+                manifest(self._named(reference.repository, entry))
             for blob in [parsed["config"], *parsed.get("layers", [])] if "config" in parsed else []:
                 self.fetch_blob(reference.repository, blob, blobs)
             return {"mediaType": media_type or parsed.get("mediaType", ""), "digest": digest, "size": len(body)}
