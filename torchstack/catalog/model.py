@@ -144,6 +144,9 @@ class NativeMatch(Frozen):
     machine_types: tuple[str, ...] = ()
 
 
+_TARGET_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+
+
 class Target(Frozen):
     name: str
     arch: str
@@ -157,6 +160,17 @@ class Target(Frozen):
     # CPU features (as /proc/cpuinfo names them) that code built with `flag` may use: the final
     # image refuses to start on a CPU that lacks one, instead of dying of SIGILL.
     cpu_features: tuple[str, ...] = ()
+
+    @field_validator("name", "aliases")
+    @classmethod
+    def _a_name_as_tags_spell_it(cls, value: str | tuple[str, ...]) -> str | tuple[str, ...]:
+        # A target's name is part of image tags and of the FROM lines that name them.
+        for name in (value,) if isinstance(value, str) else value:
+            if not _TARGET_NAME.fullmatch(name):
+                raise ValueError(
+                    f"{name!r} is not a target name: 1-64 lower-case letters, digits and . _ -, starting with a letter or digit"
+                )
+        return value
 
     @field_validator("flag")
     @classmethod

@@ -20,6 +20,7 @@ from pathlib import Path
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
 from torchstack.base.errors import UsageProblem
 from torchstack.catalog.component import Plugin
@@ -32,6 +33,10 @@ COMPILE_GROUP = "torch_dynamo_backends"
 DEVICE_GROUP = "torch.backends"
 
 _PIN = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9][A-Za-z0-9.!+_-]*)")
+# A project's name as PEP 508 writes one (PEP 503 then compares them canonicalized).
+_PROJECT_NAME = re.compile(r"[A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9]", re.IGNORECASE)
+# What a wheel's file name is made of (the binary distribution format): NAME-VERSION[-BUILD]-PY-ABI-PLATFORM.whl.
+_WHEEL_FILE = re.compile(r"[A-Za-z0-9_.+!-]+\.whl")
 
 
 @dataclass(frozen=True)
@@ -43,7 +48,12 @@ class PluginSpec:
 
     @classmethod
     def parse(cls, text: str) -> PluginSpec:
-        if _PIN.fullmatch(text):
+        pin = _PIN.fullmatch(text)
+        if pin:
+            try:
+                Version(pin["version"])
+            except InvalidVersion:
+                raise UsageProblem(f"--plugin-wheel {text!r}: {pin['version']!r} is not a version (PEP 440)") from None
             return cls("pin", text)
         local = local_wheels(text)
         if local:
@@ -168,7 +178,7 @@ def _read(path: Path, size: int, mtime_ns: int) -> tuple[dict, str]:
     fields = {
         "name": metadata.get("Name", ""),
         "version": metadata.get("Version", ""),
-        "summary": metadata.get("Summary", "") or "",
+        "summary": " ".join((metadata.get("Summary", "") or "").split()),  # one line, however its METADATA folds it
         "home_page": metadata.get("Home-page", "") or next(iter(metadata.get_all("Project-URL") or []), ""),
         "requires": metadata.get_all("Requires-Dist") or [],
         "entry_points": _entry_points(entry),
@@ -178,22 +188,45 @@ def _read(path: Path, size: int, mtime_ns: int) -> tuple[dict, str]:
     return fields, digest
 
 
-def read_wheel(path: Path, catalog: Catalog, arch: str, python: str) -> PluginWheel:
-    """The wheel's metadata, checked to install on the image's platform and Python."""
+def _fits(path: Path, arch: str, python: str) -> bool:
+    """Whether the wheel's file name says it installs on `arch` with `python`; refused where it is no wheel's name."""
     try:
-        name, _, _, wheel_tags = parse_wheel_filename(path.name)
+        if not _WHEEL_FILE.fullmatch(path.name):
+            raise InvalidWheelFilename("only letters, digits and _ . + ! - make up a wheel's file name")
+        _, _, _, wheel_tags = parse_wheel_filename(path.name)
     except InvalidWheelFilename as exc:
-        raise UsageProblem(f"--plugin-wheel {path.name}: {exc}") from None
+        raise UsageProblem(f"--plugin-wheel {path.name!r}: {exc}") from None
     cp = "cp" + python.replace(".", "")
-    fits = any(
+    return any(
         (t.interpreter in (cp, "py3", f"py{python.replace('.', '')}") or (t.abi == "abi3" and t.interpreter.startswith("cp3")))
         and (t.platform == "any" or t.platform.endswith(f"_{arch}"))
         for t in wheel_tags
     )
-    if not fits:
+
+
+def _identity(path: Path, fields: dict) -> tuple[str, str]:
+    """The wheel's project name (as its METADATA spells it) and its version (normalized), each as PEP 508
+    and PEP 440 read them and as its file name says: nothing else of them reaches a Dockerfile or a tag."""
+    named, version, _, _ = parse_wheel_filename(path.name)
+    name = fields["name"] or str(named)
+    if not _PROJECT_NAME.fullmatch(name):
+        raise UsageProblem(f"--plugin-wheel {path.name}: its METADATA Name {name!r} is not a project name (PEP 508)")
+    try:
+        said = Version(fields["version"]) if fields["version"] else version
+    except InvalidVersion:
+        raise UsageProblem(f"--plugin-wheel {path.name}: its METADATA Version {fields['version']!r} is not a version (PEP 440)") from None
+    if canonicalize_name(name) != named or said != version:
+        raise UsageProblem(f"--plugin-wheel {path.name}: its METADATA says {name} {said}, its file name {named} {version} (pip refuses it)")
+    return name, str(said)
+
+
+def read_wheel(path: Path, catalog: Catalog, arch: str, python: str) -> PluginWheel:
+    """The wheel's metadata, checked to install on the image's platform and Python."""
+    if not _fits(path, arch, python):
         raise UsageProblem(f"--plugin-wheel {path.name}: not for {arch} with Python {python}")
     stat = path.stat()
     fields, digest = _read(path.resolve(), stat.st_size, stat.st_mtime_ns)
+    name, version = _identity(path, fields)
     known = _known(catalog, name)
     environment = {
         **default_environment(),
@@ -212,12 +245,12 @@ def read_wheel(path: Path, catalog: Catalog, arch: str, python: str) -> PluginWh
         if canonicalize_name(requirement.name) == "torch" and (requirement.marker is None or requirement.marker.evaluate(environment)):
             requires_torch.append(str(requirement))
     modules = [m for m in fields["modules"] if m.isidentifier()]
-    module = known.import_name if known else (modules[0] if len(modules) == 1 else str(name).replace("-", "_"))
+    module = known.import_name if known else (modules[0] if len(modules) == 1 else canonicalize_name(name).replace("-", "_"))
     groups = fields["entry_points"]
     return PluginWheel(
         path=path,
-        name=fields["name"] or str(name),
-        version=fields["version"],
+        name=name,
+        version=version,
         module=module,
         summary=fields["summary"],
         home_page=fields["home_page"],
@@ -260,9 +293,11 @@ def wheels_in(folder: Path, catalog: Catalog, arch: str, python: str) -> list[Pl
     found = []
     for path in sorted(folder.glob("*.whl")):
         try:
-            found.append(read_wheel(path, catalog, arch, python))
+            fits = _fits(path, arch, python)
         except UsageProblem:
-            continue
+            continue  # not a wheel's name: no wheel pip would install
+        if fits:  # one that fits is read, and refused where its metadata is not a wheel's
+            found.append(read_wheel(path, catalog, arch, python))
     if not found:
         raise UsageProblem(f"--plugin-wheel {folder}: no wheel in that folder installs on {arch} with Python {python}")
     return found

@@ -11,6 +11,7 @@ import docker
 import podman
 import podman.errors
 
+from torchstack.base.errors import UsageProblem
 from torchstack.base.reproducible import STEP_ENVIRONMENT
 from torchstack.engines.buildjob import BuildJob
 
@@ -22,6 +23,7 @@ OCI_FORMAT = "application/vnd.oci.image.manifest.v1+json"
 OCI_DOCKERFILE = "Dockerfile.oci"
 _BASH = ["/bin/bash", "-o", "pipefail", "-c"]  # every stage's SHELL (templates/_common.j2's preamble)
 _RUN = re.compile(r"RUN((?:\s+--\S+)*)\s+(.*)$", re.S)
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # every C0 control but the tab, and DEL
 
 
 def stream(url: str, version: str, job: BuildJob) -> Iterator[dict]:
@@ -95,7 +97,13 @@ def oci_dockerfile(text: str, step_environment: Mapping[str, str], labels: Mappi
 
 
 def _quoted(text: str) -> str:
-    """`text` as one word of a Dockerfile, word for word: in double quotes, its \\, " and $ escaped."""
+    """`text` as one word of a Dockerfile, word for word: in double quotes, its \\, " and $ escaped. A line
+    break (or another control character) cannot be written so: Docker's and buildah's parsers end the
+    instruction there, and an escape is read as the two characters it is. Refused, in one line."""
+    if _CONTROL.search(text):
+        raise UsageProblem(
+            f"a label's name or value {text!r} holds a control character: a Dockerfile's LABEL cannot carry it word for word"
+        )
     escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
     return f'"{escaped}"'
 

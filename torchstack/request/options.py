@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from torchstack.base.errors import UsageProblem
+from torchstack.base.references import check_reference
 from torchstack.base.state import state_dir
 from torchstack.catalog.model import Catalog
 from torchstack.catalog.wheels import pip_index_settings
@@ -135,7 +136,11 @@ def _what_to_build(catalog: Catalog) -> list:
         click.option("--repository", default="torchstack", show_default=True, help="Image repository name."),
         click.option("--tag", help="Use this tag instead of the computed release tag."),
         click.option("--distribution", help=f"Debian release: {', '.join(sorted(catalog.distributions))}."),
-        click.option("--base-image", help="OS image to start from instead of the bootstrapped Debian (Debian-family)."),
+        click.option(
+            "--base-image",
+            callback=_check_base_image,
+            help="OS image to start from instead of the bootstrapped Debian (Debian-family).",
+        ),
     ]
 
 
@@ -205,6 +210,10 @@ def _check_index_url(ctx: click.Context, param: click.Parameter, value: str | No
     if value:
         pip_index_settings(value)
     return value
+
+
+def _check_base_image(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    return check_reference(value, "--base-image") if value is not None else None
 
 
 def _check_cache_registry(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

@@ -22,6 +22,7 @@ from pathlib import Path
 import docker.errors
 
 from torchstack.base.errors import ToolkitError, UsageProblem
+from torchstack.base.references import check_reference
 from torchstack.base.sharing import die_with_parent
 from torchstack.build import archive
 from torchstack.build.sbom import BUILD_INFO_LABEL
@@ -43,9 +44,14 @@ def verify(client, engine: Engine, catalog: Catalog, image: str, given: list[str
     --archive-keyring) and compared: its ID where the image made again is the same one (then removed);
     NotReproduced naming what differs where not (the images made again kept, for a closer look)."""
     found, info = recorded(client, image)
-    check_revision(image, info, toolkit_revision())
-    check_engine(image, info, engine)
-    args = [*arguments(catalog, info, found.labels), *given]
+    try:
+        check_revision(image, info, toolkit_revision())
+        check_engine(image, info, engine)
+        args = [*arguments(catalog, info, found.labels or {}), *given]
+    except KeyError as exc:
+        raise UsageProblem(f"{image}: its build-info label has no {exc.args[0]!r}: not one torchstack wrote") from None
+    except (TypeError, AttributeError):
+        raise UsageProblem(f"{image}: its build-info label is not laid out as torchstack writes one") from None
     with tempfile.TemporaryDirectory(prefix="torchstack-rebuild-") as work:
         made = build_again(args, epoch_of(found), summary or Path(work) / "summary.json")
     again = made["image_id"]
@@ -73,7 +79,13 @@ def recorded(client, image: str) -> tuple[object, dict]:
     info = (found.labels or {}).get(BUILD_INFO_LABEL)
     if not info:
         raise UsageProblem(f"{image}: no build-info label ({BUILD_INFO_LABEL}): not a release image of torchstack")
-    return found, json.loads(info)
+    try:
+        parsed = json.loads(info)
+    except json.JSONDecodeError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise UsageProblem(f"{image}: its build-info label ({BUILD_INFO_LABEL}) is not a JSON object: not one torchstack wrote")
+    return found, parsed
 
 
 def check_revision(image: str, info: dict, here: dict) -> None:
@@ -117,6 +129,8 @@ def arguments(catalog: Catalog, info: dict, labels: dict[str, str]) -> list[str]
     args = ["--backend", info["backend"], "--build-target", info["target"], "--arch", info["arch"]]
     args += ["--distribution", info["distribution"], "--release", info["release"], "--runtime", info["runtime"]]
     for name, component in info["components"].items():
+        if name not in catalog.components:
+            raise UsageProblem(f"its build-info records a component {name!r} this toolkit does not know: not one torchstack wrote")
         if component["method"] != "source":
             args += [f"--{name}-from", component["method"]]
         elif name == "torch":
@@ -131,7 +145,7 @@ def arguments(catalog: Catalog, info: dict, labels: dict[str, str]) -> list[str]
             raise UsageProblem(
                 f"it records neither Debian suites nor the image it was built on ({BASE_NAME_LABEL}): nothing to build it from"
             )
-        return [*args, "--base-image", labels[BASE_NAME_LABEL]]
+        return [*args, "--base-image", check_reference(labels[BASE_NAME_LABEL], f"the image's label {BASE_NAME_LABEL}")]
     if snapshot:
         args += ["--debian-snapshot", snapshot["timestamp"], "--snapshot-archive", snapshot["archive"]]
     args += ["--debian-mirror", suites[0][0]]
