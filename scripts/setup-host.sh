@@ -405,6 +405,26 @@ if [[ -n $tests ]]; then
     fi
 fi
 
+# The tests sign and verify with cosign 3 beside the host's cosign (2.5 on Debian 12 and 13): Debian
+# forky's cosign 3.1.1, which needs only libc6 2.34, into a folder of its own that the tests put first
+# on PATH. Not the host's cosign: ./build.py uses the cosign first on PATH, whichever it is.
+COSIGN3_DIR=/usr/local/lib/torchstack/cosign3
+if [[ -n $tests ]]; then
+    if [[ -s $COSIGN3_DIR/version && -x $COSIGN3_DIR/cosign ]]; then
+        say "the tests' cosign 3 is in $COSIGN3_DIR ($(cat "$COSIGN3_DIR/version"))"
+    else
+        say "installing Debian forky's cosign into $COSIGN3_DIR for the tests (signature and checksums verified)"
+        work=$(mktemp -d)
+        fetch_from forky cosign "$work/cosign.deb"
+        dpkg-deb -x "$work/cosign.deb" "$work/root"
+        rm -rf "$COSIGN3_DIR"
+        mkdir -p "$COSIGN3_DIR"
+        install -m 0755 "$work/root/usr/bin/cosign" "$COSIGN3_DIR/"
+        echo "cosign $(dpkg-deb -f "$work/cosign.deb" Version)" > "$COSIGN3_DIR/version" # last: the folder is whole
+        rm -rf "$work"
+    fi
+fi
+
 # --lazy soci's tools: Debian forky's soci-snapshotter 0.4.1 (soci, which makes and pushes an index,
 # and soci-snapshotter-grpc, a node's snapshotter, which the tests run) and containerd 2.1.9
 # (containerd, ctr, its runc shim), into LAZY_DIR, where the toolkit looks first. They need only

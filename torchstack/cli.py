@@ -77,7 +77,14 @@ def _print_dry_run(settled) -> None:
     for local, remote in settled.pushes:
         click.echo(f"push          {local} -> {remote}")
     if run.sign:
-        click.echo("sign          the pushed release image, by digest, with its SBOM and provenance attested (cosign)")
+        from torchstack.publishing import cosign
+
+        tool = cosign.found("--sign")
+        forms = " and ".join(tool.forms(run.signature_format))
+        click.echo(
+            f"sign          the pushed release image, by digest, with its SBOM and provenance attested (cosign {tool.said}: "
+            f"{forms} form), before the release tag names it"
+        )
 
 
 def _build_group(catalog: Catalog) -> click.Group:

@@ -16,6 +16,7 @@ from torchstack.engines.connection import ENGINES, choose, connect
 from torchstack.reports.reports import format_inspection
 from torchstack.request import tags
 from torchstack.request.options import engine_option, writable_folder
+from torchstack.request.run_options import SIGNATURE_FORMATS
 
 
 def manifest_command(catalog: Catalog) -> click.Command:
@@ -31,13 +32,22 @@ def manifest_command(catalog: Catalog) -> click.Command:
     )
     @click.option("--sign", metavar="KEY", help="Sign the list and each image in it (cosign, offline), as --sign does a build's.")
     @click.option(
+        "--signature-format",
+        type=click.Choice(SIGNATURE_FORMATS),
+        default="both",
+        show_default=True,
+        help="With --sign: the forms made, as a build's --signature-format.",
+    )
+    @click.option(
         "--engine",
         type=click.Choice(ENGINES),
         default="auto",
         show_default=True,
         help="Taken as other commands take it; the tag is made through the registry's API whatever the engine.",
     )
-    def manifest_command(target: str, sources: tuple[str, ...], arches: tuple[str, ...], sign: str | None, engine: str) -> None:
+    def manifest_command(
+        target: str, sources: tuple[str, ...], arches: tuple[str, ...], sign: str | None, signature_format: str, engine: str
+    ) -> None:
         """Join per-architecture images in a registry (SOURCES) as one multi-architecture tag (TARGET).
 
         For example: manifest ghcr.io/acme/torchstack:r26.11-torch-2.13.0-openblas
@@ -56,12 +66,13 @@ def manifest_command(catalog: Catalog) -> click.Command:
         if sign:
             from torchstack.publishing import signing
 
-            sign = signing.check_key(sign, "--sign", private=True)
+            sign = signing.check_signer(sign, signature_format)
         expected = {a: catalog.architectures[a].docker.split("/", 1)[1] for a in dict.fromkeys(arches)}
         digest = join_architectures(target, list(sources), expected, lambda line: click.echo(line, err=True))
         if sign:
-            signed = signing.sign(f"{target.rpartition(':')[0]}@{digest}", sign, None, None, recursive=True)
-            click.echo(f"torchstack: signed {signed['reference']} and each image in it (cosign, no transparency log)", err=True)
+            signed = signing.sign(f"{target.rpartition(':')[0]}@{digest}", sign, None, None, recursive=True, asked=signature_format)
+            forms = signing.forms_said(signed, signature_format)
+            click.echo(f"torchstack: signed {signed['reference']} and each image in it (cosign, no transparency log): {forms}", err=True)
         click.echo(f"{target}@{digest}")
 
     return manifest_command
@@ -192,7 +203,7 @@ def verify_command(catalog: Catalog) -> click.Command:
         against the image's build-info, and whether it pulls lazily (a SOCI index, which must be signed
         too). Prints the digest to pull. With --rebuild, build it again here and compare
         (docs/using/reproducible.md)."""
-        from torchstack.publishing import signing
+        from torchstack.publishing import cosign, signing
         from torchstack.registries import registry
 
         if not key and not rebuild:
@@ -205,6 +216,11 @@ def verify_command(catalog: Catalog) -> click.Command:
             found = signing.verify(image, signing.check_key(key, "--key", private=False))
             for line in found.images:
                 click.echo(f"torchstack: verified {line}: signature, SBOM and provenance (this digest, its build-info)", err=True)
+            forms = ", ".join(signing.FORM_WORDS[form] for form in found.forms)
+            click.echo(
+                f"torchstack: {found.reference} signed as: {forms} (cosign {cosign.found('verify').said}, each form verified)",
+                err=True,
+            )
             for digest, indexes in found.lazy.items():
                 lazily = f"pulls lazily: SOCI index {', '.join(indexes)}, signed" if indexes else "has no SOCI index: nodes pull it whole"
                 click.echo(f"torchstack: {digest} {lazily}", err=True)

@@ -16,7 +16,7 @@ from torchstack.catalog.wheels import pip_index_settings
 from torchstack.engines.connection import ENGINES, choose, settle_builder
 from torchstack.engines.docker_engine import BUILDKIT
 from torchstack.request.plan import Request
-from torchstack.request.run_options import COMPRESSIONS, LAZY_FORMATS
+from torchstack.request.run_options import COMPRESSIONS, LAZY_FORMATS, SIGNATURE_FORMATS
 from torchstack.request.selection import BUILD_TYPES, BUILDERS, RUNTIMES
 
 
@@ -280,6 +280,14 @@ def publish_options(func):
         metavar="KEY",
         help="With --push, sign the pushed release image and attest its SBOM and provenance with cosign, "
         "offline: a key file (password in $COSIGN_PASSWORD) or a KMS reference (awskms://...).",
+    )
+    @click.option(
+        "--signature-format",
+        type=click.Choice(SIGNATURE_FORMATS),
+        default="both",
+        show_default=True,
+        help="With --sign: bundle (a Sigstore bundle as an OCI referrer: cosign 3), legacy (.sig/.att tags: cosign 2, "
+        "policy.json, Kyverno's Cosign type), or both, where the host's cosign makes both (cosign 2 makes legacy only).",
     )
     @click.option(
         "--compression",

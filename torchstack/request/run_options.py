@@ -13,6 +13,8 @@ COMPRESSIONS = ("gzip", "zstd")
 # Indexes a push can add for nodes that start an image before its pull ends (lazy.py). soci: AWS's
 # SOCI index, an artifact beside the unchanged image, for containerd's SOCI snapshotter.
 LAZY_FORMATS = ("soci",)
+# The signature forms --sign makes: "both" is each form the host's cosign makes (publishing/cosign.py).
+SIGNATURE_FORMATS = ("both", "bundle", "legacy")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +36,7 @@ class RunOptions:
     compression: str = "gzip"  # of the release image's layers as pushed (COMPRESSIONS)
     lazy: str | None = None  # an index for lazy pulling pushed beside the release image (LAZY_FORMATS)
     sign: str | None = None  # a key file or KMS reference, checked before any work
+    signature_format: str = "both"  # the forms --sign makes (SIGNATURE_FORMATS)
     registry: str | None = None
     cache_from: str | None = None
     ccache_dir: Path | None = None

@@ -43,7 +43,7 @@ def settle(catalog: Catalog, options: Mapping[str, object]) -> Settled:
         raise UsageProblem(f"--buildx-builder {run.buildx_builder}: no such builder (see `docker buildx ls`)")
     first = make_plan(catalog, request)  # what to fetch: the wheel and plugins for its architecture and Python
     if run.sign:
-        run = dataclasses.replace(run, sign=signing.check_key(run.sign, "--sign", private=True))
+        run = dataclasses.replace(run, sign=signing.check_signer(run.sign, run.signature_format))
     if run.push or run.push_stages:
         names = tags.wanted(first, run.registry, run.push_stages, checked=not run.no_test)  # before any download
         registry.check_push_access(names[-1][1])
