@@ -21,12 +21,13 @@ import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from http.client import HTTPException
 from pathlib import Path
 
 import docker
 from debian.debian_support import Version
 
-from torchstack.base import sharing
+from torchstack.base import redact, sharing
 from torchstack.base.errors import ToolkitError, UsageProblem
 from torchstack.base.state import state_dir
 from torchstack.request.plan import AptSources, Suite
@@ -53,13 +54,18 @@ class Upgrade:
 
 
 def _download(url: str) -> bytes:
+    shown = redact.url(url)
     try:
         with urllib.request.urlopen(url, timeout=TIMEOUT) as answer:
             return answer.read()
     except urllib.error.HTTPError as exc:
-        raise ArchiveUnreachable(f"{url}: HTTP {exc.code}") from None
+        raise ArchiveUnreachable(f"{shown}: HTTP {exc.code}") from None
     except (urllib.error.URLError, OSError) as exc:
-        raise ArchiveUnreachable(f"{url}: {getattr(exc, 'reason', None) or exc}") from None
+        raise ArchiveUnreachable(f"{shown}: {getattr(exc, 'reason', None) or exc}") from None
+    except (HTTPException, ValueError):  # http.client's InvalidURL among them; its words can hold a login: not said
+        raise ArchiveUnreachable(
+            f"{shown}: not a URL that can be fetched (a space or another character a URL cannot hold, a port that is no number)"
+        ) from None
 
 
 def _binary_keyring(path: Path, folder: Path) -> Path:
@@ -88,7 +94,7 @@ def _verified(inrelease: bytes, url: str, keyring: Path | None) -> str:
     if result.returncode != 0:
         why = (result.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
         raise ArchiveUnreachable(
-            f"{url}: the signature does not verify with Debian's keys{' or --archive-keyring' if keyring else ''} ({why})"
+            f"{redact.url(url)}: the signature does not verify with Debian's keys{' or --archive-keyring' if keyring else ''} ({why})"
         )
     return result.stdout.decode()
 
@@ -131,7 +137,7 @@ def packages(suite: Suite, arch: str, keyring: Path | None = None) -> dict[str, 
     url = f"{suite.url}/dists/{suite.name}/main/binary-{arch}/Packages.xz"
     data = _download(url)
     if hashlib.sha256(data).hexdigest() != sha256:
-        raise ArchiveUnreachable(f"{url}: its sha256 is not the one the signed InRelease gives")
+        raise ArchiveUnreachable(f"{redact.url(url)}: its sha256 is not the one the signed InRelease gives")
     newest = _parse_packages(lzma.decompress(data).decode())
     cached.parent.mkdir(parents=True, exist_ok=True)
     partial = cached.with_suffix(f".{os.getpid()}.part")  # one per process: runs side by side write their own
@@ -141,12 +147,17 @@ def packages(suite: Suite, arch: str, keyring: Path | None = None) -> dict[str, 
 
 
 def suite_state(suite: Suite, keyring: Path | None = None) -> dict:
-    """The suite's state as the build reads it: its signed InRelease's URL, `Date` and sha256."""
+    """The suite's state as the build reads it: its signed InRelease's URL (as printed: redact.url), `Date` and sha256."""
     url = f"{suite.url}/dists/{suite.name}/InRelease"
     data = _download(url)
     text = _verified(data, url, keyring)
     date = re.search(r"^Date: (.+)$", text, re.MULTILINE)
-    return {"suite": suite.name, "uri": url, "date": date.group(1).strip() if date else None, "sha256": hashlib.sha256(data).hexdigest()}
+    return {
+        "suite": suite.name,
+        "uri": redact.url(url),
+        "date": date.group(1).strip() if date else None,
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
 
 
 def require_suites(apt: AptSources) -> list[dict]:
@@ -164,7 +175,7 @@ def require_suites(apt: AptSources) -> list[dict]:
             instead = (
                 "; or --no-security-updates to build without them, named in the image's tag and labels" if suite.kind != "release" else ""
             )
-            raise UsageProblem(f"{option} {suite.url}: no usable {suite.name} suite ({exc}){instead}") from None
+            raise UsageProblem(f"{option} {redact.url(suite.url)}: no usable {suite.name} suite ({exc}){instead}") from None
     return found
 
 

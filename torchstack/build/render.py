@@ -284,9 +284,20 @@ def assemble_context(
     if stage.name == RELEASE_STAGE:
         missing += _release_files(plan, dest)
     if not plan.step_mounts:
-        for key, path in secrets.files().items():
-            name = BuildSecrets.PLACES[key][0]
-            if f"COPY {name} " in dockerfile:
-                shutil.copy2(path, dest / name)
+        _copy_secrets(secrets, dockerfile, dest)
     reproducible.set_times(dest)
     return missing
+
+
+def _copy_secrets(secrets: BuildSecrets, dockerfile: str, dest: Path) -> None:
+    """For a builder without secret mounts, the secrets the Dockerfile COPYs into its throwaway stages, each
+    readable by this user alone (0600, in a context folder made 0700) and removed with the run's contexts
+    (run/pipeline.py). The layers of those stages stay in the engine's build cache: only secret mounts
+    (BuildKit's) keep a login out of every layer."""
+    for key, path in secrets.files().items():
+        name = BuildSecrets.PLACES[key][0]
+        if f"COPY {name} " in dockerfile:
+            dest.chmod(0o700)
+            copy = os.open(dest / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(copy, "wb") as out, path.open("rb") as given:
+                shutil.copyfileobj(given, out)

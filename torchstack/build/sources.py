@@ -8,10 +8,10 @@ import shutil
 import time
 import urllib.error
 import urllib.request
-from http.client import HTTPException
+from http.client import HTTPException, InvalidURL
 from pathlib import Path
 
-from torchstack.base import state
+from torchstack.base import redact, state
 from torchstack.base.errors import ChecksumMismatch, ToolkitError
 from torchstack.catalog.component import Source
 from torchstack.request.plan import Plan
@@ -52,11 +52,16 @@ def _download(url: str, dest: Path) -> None:
             return
         except urllib.error.HTTPError as exc:
             if exc.code < 500 or attempt == ATTEMPTS:
-                raise ToolkitError(f"cannot download {url}: HTTP {exc.code}") from None
+                raise ToolkitError(f"cannot download {redact.url(url)}: HTTP {exc.code}") from None
+        except (InvalidURL, ValueError):  # no attempt mends the URL itself (its words can hold a login: not said)
+            raise ToolkitError(
+                f"cannot download {redact.url(url)}: not a URL that can be fetched (a space or another character a URL "
+                "cannot hold, a port that is no number, a scheme other than http, https or file)"
+            ) from None
         except (urllib.error.URLError, HTTPException, OSError, TimeoutError) as exc:
             if attempt == ATTEMPTS:
                 reason = getattr(exc, "reason", exc)
-                raise ToolkitError(f"cannot download {url} after {ATTEMPTS} attempts: {reason}") from None
+                raise ToolkitError(f"cannot download {redact.url(url)} after {ATTEMPTS} attempts: {reason}") from None
         time.sleep(0.5 * 2**attempt)
 
 
@@ -86,11 +91,11 @@ def fetch_source(name: str, source: Source, mirror: str | None = None, cache: Pa
         elif Path(origin).is_file():
             shutil.copyfile(origin, partial)
         else:
-            raise ToolkitError(f"{name} {source.version}: {source.filename} is not in the mirror {mirror}")
+            raise ToolkitError(f"{name} {source.version}: {source.filename} is not in the mirror {redact.url(mirror)}")
         actual = sha256_of(partial)
         if actual != source.sha256:
             raise ChecksumMismatch(
-                f"{name} {source.version}: {origin} has sha256 {actual}, but the pin is {source.sha256} "
+                f"{name} {source.version}: {redact.url(origin)} has sha256 {actual}, but the pin is {source.sha256} "
                 f"(published in {source.sha256_from}); nothing was cached"
             )
         os.replace(partial, cached)

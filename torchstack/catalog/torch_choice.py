@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
 
+from torchstack.base import redact
 from torchstack.base.errors import UsageProblem
 from torchstack.catalog.component import TorchRelease
 from torchstack.catalog.model import Catalog, Distribution
@@ -49,25 +50,48 @@ def _release(version: str) -> str:
     return version.split("+")[0]
 
 
-def without_login(index: str) -> str:
-    """The index's URL as messages show it: a login in it (https://USER:TOKEN@host/..., as pip takes one) left out."""
+class _LoginToItsOrigin(urllib.request.HTTPRedirectHandler):
+    """Redirects followed with the login only where they stay on the origin (scheme, host, port) it is for,
+    as requests' should_strip_auth: urllib's own would carry a header set on the request to any host."""
+
+    def __init__(self, origin: tuple[str, str | None, int | None], authorization: str):
+        self.origin, self.authorization = origin, authorization
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and _origin(new.full_url) == self.origin:
+            new.add_unredirected_header("Authorization", self.authorization)
+        return new
+
+
+def _origin(url: str) -> tuple[str, str | None, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    return scheme, parts.hostname, parts.port or {"http": 80, "https": 443}.get(scheme)
+
+
+def _authorization(index: str) -> str | None:
+    """A login in the index's URL (https://USER:TOKEN@host/..., as pip takes one) as a Basic Authorization header."""
     parts = urllib.parse.urlsplit(index)
-    if parts.username is None and parts.password is None:
-        return index
-    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    if parts.username is None:
+        return None
+    login = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+    return "Basic " + base64.b64encode(login.encode()).decode()
 
 
 def listing(index: str) -> tuple[WheelName, ...]:
-    """The torch wheels a PEP 503 simple index lists (its page for torch); raises OSError when it does not answer."""
-    url = without_login(index).rstrip("/") + "/torch/"
+    """The torch wheels a PEP 503 simple index lists (its page for torch); raises OSError when it does not answer.
+    A login in its URL goes to the index's own origin alone, never shown, never where a redirect leads elsewhere."""
+    url = redact.without_login(index).rstrip("/") + "/torch/"
     context = ssl.create_default_context(cafile=os.environ.get("PIP_CERT") or None) if url.startswith("https:") else None
-    headers = {"Accept": "text/html", "User-Agent": "torchstack"}
-    parts = urllib.parse.urlsplit(index)
-    if parts.username is not None:  # a login in the URL, as pip reads it: sent as Basic auth, never shown
-        login = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
-        headers["Authorization"] = "Basic " + base64.b64encode(login.encode()).decode()
-    request = urllib.request.Request(url, headers=headers)
-    with urllib.request.urlopen(request, timeout=LISTING_TIMEOUT_S, context=context) as response:
+    handlers: list[urllib.request.BaseHandler] = [urllib.request.HTTPSHandler(context=context)] if context else []
+    request = urllib.request.Request(url, headers={"Accept": "text/html", "User-Agent": "torchstack"})
+    authorization = _authorization(index)
+    if authorization:
+        request.add_unredirected_header("Authorization", authorization)  # unredirected: urllib copies none of these
+        handlers.append(_LoginToItsOrigin(_origin(url), authorization))
+    opener = urllib.request.build_opener(*handlers)
+    with opener.open(request, timeout=LISTING_TIMEOUT_S) as response:
         page = response.read().decode("utf-8", "replace")
     names = {urllib.parse.unquote(html.unescape(h).split("#")[0].rsplit("/", 1)[-1]) for h in re.findall(r'href="([^"]+)"', page)}
     found = []
@@ -84,7 +108,7 @@ def offers(index: str) -> tuple[Offer, ...]:
     """What the wheelhouse and then `index` offer, each asked once per run."""
     local = wheelhouse_wheels()
     found = [Offer(WHEELHOUSE, local, None if local else "holds no torch wheel")]
-    shown = without_login(index)
+    shown = redact.url(index)
     try:
         found.append(Offer(shown, listing(index)))
     except urllib.error.HTTPError as exc:

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import ipaddress
+import os
 import re
+import socket
 import subprocess
 import sys
 import urllib.parse
 import zipfile
+import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from torchstack.base import sharing
+from torchstack.base import redact, sharing
 from torchstack.base.errors import ToolkitError, UsageProblem
 
 # torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl
@@ -36,11 +42,55 @@ class WheelSpec:
                 "or leave the option out for PyTorch's CPU wheel index"
             )
         if re.match(r"(https?|file)://", text):
-            return cls("url" if text.split("#")[0].endswith(".whl") else "index", text)
+            check_transport(text, "--torch-wheel")
+            kind = "url" if text.split("#")[0].endswith(".whl") else "index"
+            if kind == "url":
+                expected_sha256(text)  # a fragment that says no sha256 is refused here
+            return cls(kind, text)
         local = local_wheels(text)
         if local:
             return cls(*local)
         raise UsageProblem(f"--torch-wheel {text!r}: not a .whl file, a folder of wheels, the URL of a wheel or of an index, or 'index'")
+
+
+def expected_sha256(url: str) -> str | None:
+    """The sha256 a wheel URL's #sha256=HEX names (pip's form), else None; another fragment is refused."""
+    fragment = urllib.parse.urlsplit(url).fragment
+    if not fragment:
+        return None
+    named = re.fullmatch(r"sha256=([0-9a-fA-F]{64})", fragment)
+    if not named:
+        raise UsageProblem(f"--torch-wheel {redact.url(url)}: its #{fragment} is not #sha256= and 64 hex digits, the one hash it checks")
+    return named[1].lower()
+
+
+def _this_host(name: str | None) -> bool:
+    """Whether `name` is this host: loopback, or an address of its own (the engine's bridge, where build steps reach it)."""
+    if name == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(name or "")
+    except ValueError:
+        return False
+    if address.is_loopback:
+        return True
+    with socket.socket(socket.AF_INET6 if address.version == 6 else socket.AF_INET) as probe:
+        try:
+            probe.bind((str(address), 0))  # only an address of this host's own can be bound
+        except OSError:
+            return False
+    return True
+
+
+def check_transport(url: str, option: str) -> None:
+    """Plain http only to this host: to another one its packages, and any login, would cross the network
+    unchecked and in clear (pip's trusted-host, which a plain-http index needs, checks nothing)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme == "http" and not _this_host(parts.hostname):
+        raise UsageProblem(
+            f"{option} {redact.url(url)}: plain http to another host; use https (plain http is taken only from this host: "
+            "loopback or one of its own addresses)"
+        )
 
 
 def local_wheels(text: str) -> tuple[str, str] | None:
@@ -99,21 +149,34 @@ def pick_from_folder(folder: Path, arch: str, python: str, version: str | None) 
     return max(candidates)[1]
 
 
-def pip_index_settings(index_url: str) -> dict[str, str]:
-    """pip's settings for a package index (--pip-index-url). A plain-http mirror must also be
-    named a trusted host, or pip ignores it."""
+def _index_settings(index_url: str) -> dict[str, str]:
+    """pip's settings for a package index: a plain-http one must also be named a trusted host, or pip ignores it."""
     parts = urllib.parse.urlsplit(index_url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageProblem(f"--pip-index-url {index_url!r}: not an http(s) URL")
     settings = {"index-url": index_url}
     if parts.scheme == "http":
         settings["trusted-host"] = parts.hostname + (f":{parts.port}" if parts.port else "")
     return settings
 
 
-def pip_index_args(index_url: str | None) -> list[str]:
-    """The same settings as options of a pip command on the host; none without an index."""
-    return [arg for key, value in pip_index_settings(index_url).items() for arg in (f"--{key}", value)] if index_url else []
+def pip_index_settings(index_url: str) -> dict[str, str]:
+    """pip's settings for a package index (--pip-index-url), an http(s) URL."""
+    parts = urllib.parse.urlsplit(index_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageProblem(f"--pip-index-url {redact.url(index_url)!r}: not an http(s) URL")
+    return _index_settings(index_url)
+
+
+def pip_index_env(index_url: str | None) -> dict[str, str]:
+    """The environment of a pip command on the host: this process's, with the index (when one is given) in
+    pip's own variables, PIP_INDEX_URL and PIP_TRUSTED_HOST. Never in pip's arguments: every user of the
+    host reads a command line (/proc/PID/cmdline), only the process's own user its environment."""
+    env = dict(os.environ)
+    if index_url:
+        settings = _index_settings(index_url)
+        env["PIP_INDEX_URL"] = settings["index-url"]
+        if "trusted-host" in settings:  # added to the hosts pip is told to trust already, as pip's --trusted-host adds
+            env["PIP_TRUSTED_HOST"] = " ".join(filter(None, (os.environ.get("PIP_TRUSTED_HOST"), settings["trusted-host"])))
+    return env
 
 
 def pip_conf_text(index_url: str) -> str:
@@ -127,15 +190,15 @@ def download_from_index(dest: Path, arch: str, python: str, version: str, torch_
     `torch_index`. Failing both is one line naming the index and how to point at a wheelhouse."""
     requirement = f"torch=={version}"
     try:
-        download_wheel(dest, arch, python, requirement, extra=["--no-index"])
+        download_wheel(dest, arch, python, requirement, offline=True)
         return pick_from_folder(dest, arch, python, version), "a local wheelhouse (pip's find-links)"
     except DownloadFailed:
         pass
     try:
-        download_wheel(dest, arch, python, requirement, extra=["--index-url", torch_index])
+        download_wheel(dest, arch, python, requirement, torch_index)
     except DownloadFailed as exc:
         raise ToolkitError(
-            f"no {requirement} wheel for {arch} cp{python.replace('.', '')} in a local wheelhouse nor at {torch_index} "
+            f"no {requirement} wheel for {arch} cp{python.replace('.', '')} in a local wheelhouse nor at {redact.url(torch_index)} "
             f"({exc.detail}); point at a wheelhouse with PIP_FIND_LINKS=DIR or --torch-wheel DIR, "
             "or at a mirror of the index with --torch-wheel URL"
         ) from None
@@ -148,10 +211,10 @@ class DownloadFailed(ToolkitError):
         self.detail = detail
 
 
-def download_wheel(
-    dest: Path, arch: str, python: str, requirement: str, index_url: str | None = None, extra: list[str] | None = None
-) -> None:
-    """pip download of one NAME==VERSION wheel (no dependencies) for the image's platform and Python."""
+def download_wheel(dest: Path, arch: str, python: str, requirement: str, index_url: str | None = None, offline: bool = False) -> None:
+    """pip download of one NAME==VERSION wheel (no dependencies) for the image's platform and Python, from
+    `index_url` (given to pip in its environment: pip_index_env), else pip's own index; `offline`: from
+    the local wheelhouse pip's find-links names alone."""
     dest.mkdir(parents=True, exist_ok=True)
     command = [
         sys.executable,
@@ -169,23 +232,32 @@ def download_wheel(
         python,
         "--dest",
         str(dest),
-        *(extra or []),
+        *(["--no-index"] if offline else []),
         requirement,
-        *pip_index_args(index_url),
     ]
     # One pip at a time into a folder: another run's pip may be writing the very file.
     with sharing.lock(dest, ".download", lambda line: print(line, file=sys.stderr), f"downloading into {dest}"):
-        result = subprocess.run(command, capture_output=True, text=True)
+        result = subprocess.run(command, capture_output=True, text=True, env=pip_index_env(index_url))
     if result.returncode != 0:
-        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        last = redact.url((result.stderr.strip().splitlines() or ["no output"])[-1])
         raise DownloadFailed(f"pip could not download {requirement} for {arch} cp{python.replace('.', '')}: {last}", last)
+
+
+@contextlib.contextmanager
+def _opened(path: Path) -> Iterator[zipfile.ZipFile]:
+    """The wheel as the zip archive it is; one that is not (cut short, or no wheel at all) is one line."""
+    try:
+        with zipfile.ZipFile(path) as wheel:
+            yield wheel
+    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+        raise UsageProblem(f"{path}: not a wheel that can be read ({exc}); remove it, or download it again") from None
 
 
 @functools.lru_cache(maxsize=8)
 def _read_wheel(path: Path, size: int, mtime_ns: int) -> tuple[frozenset[str], str | None]:
     """A wheel's file base names and its torch/version.py, read in one pass over its index (a
     torch wheel is hundreds of MB; size and mtime in the key: a replaced file is read again)."""
-    with zipfile.ZipFile(path) as wheel:
+    with _opened(path) as wheel:
         names = wheel.namelist()
         version_py = wheel.read("torch/version.py").decode() if "torch/version.py" in names else None
     return frozenset(name.rsplit("/", 1)[-1] for name in names), version_py
@@ -198,7 +270,7 @@ def _wheel(path: Path) -> tuple[frozenset[str], str | None]:
 
 @functools.lru_cache(maxsize=8)
 def _complex_dot_defect(path: Path, size: int, mtime_ns: int) -> str | None:
-    with zipfile.ZipFile(path) as wheel:
+    with _opened(path) as wheel:
         names = wheel.namelist()
         bundled = sorted(n.rsplit("/", 1)[-1] for n in names if n.rsplit("/", 1)[-1].startswith("libopenblas"))
         if not bundled or "torch/lib/libtorch_cpu.so" not in names:

@@ -19,8 +19,9 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
+from torchstack.base import redact
 from torchstack.base.errors import UsageProblem
-from torchstack.catalog.wheels import pip_index_args, torch_version_of
+from torchstack.catalog.wheels import pip_index_env, torch_version_of
 from torchstack.request.plan import AppRequirements, Plan
 
 # The oldest glibc a manylinux wheel names (manylinux2014 is 2.17).
@@ -75,10 +76,9 @@ def resolve(plan: Plan, index_url: str | None = None) -> AppRequirements:
         ]
         if plan.torch_wheel_file:  # torch itself, not an index's build of the same version, if a requirement needs it
             command += ["--find-links", str(plan.torch_wheel_file.parent)]
-        command += pip_index_args(index_url)
-        result = subprocess.run(command, capture_output=True, text=True)
+        result = subprocess.run(command, capture_output=True, text=True, env=pip_index_env(index_url))
         if result.returncode != 0:
-            raise UsageProblem(f"--requirements {app.path}: {conflict(result.stdout + result.stderr, pins)}")
+            raise UsageProblem(f"--requirements {app.path}: {redact.url(conflict(result.stdout + result.stderr, pins))}")
         installs = json.loads(report.read_text())["install"]
     added = [
         (f"{i['metadata']['name']}=={i['metadata']['version']}", i.get("requested", False))

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import os
 import shutil
+import zipfile
 from collections.abc import Mapping
+from pathlib import Path
 
-from torchstack.base import state
+from torchstack.base import redact, state
 from torchstack.base.errors import HostNotReady, ToolkitError, UsageProblem
 from torchstack.build import sources
 from torchstack.catalog.model import Catalog
-from torchstack.catalog.wheels import download_from_index, download_wheel
+from torchstack.catalog.wheels import check_transport, download_from_index, download_wheel, expected_sha256
 from torchstack.engines import buildkit
 from torchstack.publishing import lazy, signing
 from torchstack.registries import registry
@@ -37,6 +41,8 @@ def settle(catalog: Catalog, options: Mapping[str, object]) -> Settled:
     before any stage is built. Needs no engine: the pipeline checks what only the engine can say."""
     run = RunOptions.from_cli(options)
     check_json_file(run.json_file)
+    if run.pip_index_url:
+        check_transport(run.pip_index_url, "--pip-index-url")
     request = request_from(options)
     _check_publishing(run)
     if run.buildx_builder and not buildkit.builder_exists(run.buildx_builder):
@@ -83,12 +89,35 @@ def _resolve_wheel(catalog: Catalog, request: Request, plan: Plan) -> tuple[Requ
     if spec.kind == "index":
         index = spec.where or catalog.components["torch"].alternatives["wheel"].index
         path, origin = download_from_index(dest, plan.arch.name, plan.distribution.python, plan.torch_version, index)
-        notes.append(f"torchstack: torch wheel {path.name} from {origin}")
+        notes.append(f"torchstack: torch wheel {path.name} from {redact.url(origin)}")
     else:
-        path = dest / spec.where.rsplit("/", 1)[-1].split("#")[0]
-        if not path.is_file():
-            sources.download(spec.where, path)
+        path = _wheel_from_url(spec.where, dest)
     return dataclasses.replace(request, torch_wheel=str(path)), notes
+
+
+def _wheel_from_url(url: str, dest: Path) -> Path:
+    """The wheel at `url`, downloaded once into a folder of `dest` named by the URL (its login left out:
+    another token fetches the same file), held to its #sha256= where it gives one: a file that differs,
+    or is no zip archive, is removed and refused in one line."""
+    plain = redact.without_login(url)
+    path = dest / hashlib.sha256(plain.encode()).hexdigest()[:16] / plain.split("#")[0].rsplit("/", 1)[-1]
+    wanted = expected_sha256(url)
+    if path.is_file() and (wanted is None or sources.sha256_of(path) == wanted):
+        return path
+    unchecked = path.with_name(f".{path.name}.{os.getpid()}.unchecked")
+    try:
+        sources.download(url.split("#")[0], unchecked)
+        actual = sources.sha256_of(unchecked)
+        if wanted is not None and actual != wanted:
+            raise UsageProblem(
+                f"--torch-wheel {redact.url(url)}: the file it serves has sha256 {actual}, not the one the URL names; nothing was kept"
+            )
+        if not zipfile.is_zipfile(unchecked):
+            raise UsageProblem(f"--torch-wheel {redact.url(url)}: what it serves is no wheel (not a zip archive); nothing was kept")
+        os.replace(unchecked, path)
+    finally:
+        unchecked.unlink(missing_ok=True)
+    return path
 
 
 def _fetch_plugins(request: Request, plan: Plan, pending: list[str], index_url: str | None) -> Request:
