@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import shutil
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from http.client import HTTPException, InvalidURL
 from pathlib import Path
 
 from torchstack.base import redact, state
-from torchstack.base.errors import ChecksumMismatch, ToolkitError
+from torchstack.base.errors import ChecksumMismatch, ToolkitError, UsageProblem
 from torchstack.catalog.component import Source
+from torchstack.registries.http_auth import is_loopback
 from torchstack.request.plan import Plan
 
 ATTEMPTS = 4
@@ -40,11 +43,22 @@ def download(url: str, dest: Path) -> None:
         partial.unlink(missing_ok=True)
 
 
+def _request(url: str) -> urllib.request.Request:
+    """The request for `url`, a login in it (https://USER:PASSWORD@host/...) sent as Basic auth to that URL
+    alone: urllib carries an unredirected header to no other, so a redirect, wherever it leads, gets none."""
+    parts = urllib.parse.urlsplit(url)
+    request = urllib.request.Request(redact.without_login(url))
+    if parts.username is not None:
+        login = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+        request.add_unredirected_header("Authorization", "Basic " + base64.b64encode(login.encode()).decode())
+    return request
+
+
 def _download(url: str, dest: Path) -> None:
     """Download `url` to `dest`, retrying broken or short transfers with a growing pause."""
     for attempt in range(1, ATTEMPTS + 1):
         try:
-            with urllib.request.urlopen(url, timeout=TIMEOUT_SECONDS) as response, dest.open("wb") as out:
+            with urllib.request.urlopen(_request(url), timeout=TIMEOUT_SECONDS) as response, dest.open("wb") as out:
                 expected = response.headers.get("Content-Length")
                 shutil.copyfileobj(response, out, 1 << 20)
             if expected is not None and dest.stat().st_size != int(expected):
@@ -114,8 +128,20 @@ def cached_sources(plan: Plan, cache: Path | None = None) -> dict[str, Path]:
     return {name: cache / name for name in plan_sources(plan) if (cache / name).is_file()}
 
 
+def check_mirror(mirror: str | None) -> None:
+    """--source-mirror, which this host alone reads (no image names it): a login in its URL is sent over
+    https only, or plain http to loopback, never where anyone on the way reads it."""
+    try:
+        parts = urllib.parse.urlsplit(mirror or "")
+    except ValueError:
+        return  # no URL: its download says so in one line
+    if parts.username is not None and parts.scheme != "https" and not is_loopback(parts.hostname or ""):
+        raise UsageProblem(f"--source-mirror {redact.url(mirror)}: a login goes to a mirror over https only (plain http to loopback alone)")
+
+
 def fetch_plan_sources(plan: Plan, mirror: str | None, mirror_dir: Path | None = None, cache: Path | None = None) -> dict[str, Path]:
     """Fetch and verify every source of the plan; optionally copy them into a mirror folder."""
+    check_mirror(mirror)
     paths = {name: fetch_source(component, source, mirror, cache) for name, (component, source) in plan_sources(plan).items()}
     if mirror_dir is not None:
         mirror_dir.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from torchstack.base import redact
 from torchstack.engines.engine import Engine
 from torchstack.reports.progress import BuildView
 from torchstack.request.metadata import torch_defects
@@ -41,7 +42,7 @@ def say_first(
     if not plan.base_is_bootstrapped:
         view.note(f"torchstack: warning: --base-image {plan.base_image}: its apt sources are its own; no security refresh or gate")
     elif plan.apt.updates:
-        view.note("torchstack: Debian suites " + ", ".join(f"{s.name} ({s.url})" for s in plan.apt.suites))
+        view.note("torchstack: Debian suites " + ", ".join(f"{s.name} ({redact.url(s.url)})" for s in plan.apt.suites))
     if plan.apt.snapshot:
         view.note(
             f"torchstack: Debian's archive as it was at {plan.apt.snapshot.timestamp} (--debian-snapshot): no fix published "
@@ -79,7 +80,7 @@ def summary(
     images' SOURCE_DATE_EPOCH, the archive's state, the OS image) or why this engine cannot."""
     return {
         "release_tag": plan.release_tag,
-        "engine": {**chosen.release(), "url": chosen.url, "chosen_by": chosen.why, "sizes": chosen.sizes},
+        "engine": {**chosen.release(), "url": redact.url(chosen.url), "chosen_by": chosen.why, "sizes": chosen.sizes},
         "final_image": plan.final_image if plan.stages[-1].name == RELEASE_STAGE else None,
         "image_id": release.image_id,  # what the release (or top stage's) tag was given
         "arch": plan.arch.name,
@@ -87,7 +88,11 @@ def summary(
         "target": plan.target.name,
         "checks": release.checks,
         "checks_seconds": round(release.checks_seconds, 1),
-        "security_updates": {"suites": [s.line for s in plan.apt.suites], "upgraded": release.upgraded, "gate": release.security},
+        "security_updates": {
+            "suites": [redact.url(s.line) for s in plan.apt.suites],
+            "upgraded": release.upgraded,
+            "gate": release.security,
+        },
         "plugins": [p.requirement for p in plan.plugins],
         "probes": release.probes,
         "sbom": str(release.sbom) if release.sbom else None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from torchstack.base import redact
 from torchstack.base.reproducible import described
 from torchstack.catalog.model import Catalog
 from torchstack.request.plan import Plan
@@ -17,7 +18,7 @@ def format_plan(plan: Plan, builder: str) -> str:
         f"target        {plan.target.name}: {plan.target.flag}" + (f"  [{plan.target_note}]" if plan.target_note else ""),
         f"distribution  {plan.distribution_note}",
         "apt suites    "
-        + (", ".join(f"{s.name} ({s.url})" for s in plan.apt.suites) if plan.base_is_bootstrapped else "the --base-image's own")
+        + (", ".join(f"{s.name} ({redact.url(s.url)})" for s in plan.apt.suites) if plan.base_is_bootstrapped else "the --base-image's own")
         + ("" if plan.apt.updates else "  [--no-security-updates]")
         + (f"  [Debian as it was at {plan.apt.snapshot.timestamp}: no fix published since]" if plan.apt.snapshot else ""),
         f"compiler      CFLAGS={plan.cflags}  (GCC {plan.distribution.gcc}, {plan.distribution.name})",
@@ -85,7 +86,7 @@ def format_inspection(report: dict) -> str:
             f"  {name:<9} {c['version'] or '-':<12} {how}" + (f" ({', '.join(c['debian_packages'])})" if c.get("debian_packages") else "")
         )
         if c.get("source"):
-            lines.append(f"            {c['source']['url']}")
+            lines.append(f"            {redact.url(c['source']['url'])}")
             lines.append(f"            sha256 {c['source']['sha256']} ({c['source']['sha256_from']})")
             patches = ", ".join(p["name"] for p in c.get("patches", [])) or "none"
             lines.append(f"            patches: {patches}")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import functools
+import re
 import tempfile
 from pathlib import Path
 
 import click
 
+from torchstack.base import redact
 from torchstack.base.errors import UsageProblem
 from torchstack.base.references import check_reference
 from torchstack.base.state import state_dir
@@ -42,19 +44,22 @@ engine_option = click.option(
 )
 
 
+def _check_apt_mirror(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """An apt mirror's URL, refused where it holds a login: every stage's apt sources (a layer) name it as given."""
+    if value and re.match(r"[A-Za-z][\w+.-]*://[^/?#]*@", value):
+        raise UsageProblem(
+            f"{param.opts[0]} {redact.url(value)}: a login in it would be written into the image's apt sources (a layer); "
+            "serve the mirror to the build host without one instead (on the build network, or by an IP allow-list)"
+        )
+    return value
+
+
 def archive_options(func):
     """Where the Debian suites come from: Debian's archive, or a site's mirrors and key."""
+    mirror = functools.partial(click.option, metavar="URL", callback=_check_apt_mirror)
 
-    @click.option(
-        "--debian-mirror",
-        metavar="URL",
-        help="Debian archive (a mirror) serving the release and its -updates suite (default: the distribution's).",
-    )
-    @click.option(
-        "--security-mirror",
-        metavar="URL",
-        help="Where the -security suite is, where a site mirrors it apart (default: Debian's security archive).",
-    )
+    @mirror("--debian-mirror", help="Debian archive (a mirror) serving the release and its -updates suite (default: the distribution's).")
+    @mirror("--security-mirror", help="Where the -security suite is, where a site mirrors it apart (default: Debian's security archive).")
     @click.option(
         "--no-security-updates",
         "no_security_updates",
@@ -69,9 +74,8 @@ def archive_options(func):
         "archive serves it: the same request then installs the same packages. The release image's apt sources name "
         "the live suites (--debian-mirror, --security-mirror, else Debian's).",
     )
-    @click.option(
+    @mirror(
         "--snapshot-archive",
-        metavar="URL",
         help="Who serves --debian-snapshot: a site's copy of Debian's snapshot archive, the same paths "
         "(URL/archive/debian/TIME, URL/archive/debian-security/TIME). Default: http://snapshot.debian.org.",
     )
