@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from pathlib import Path
@@ -112,8 +113,9 @@ def build_stages(
     secrets: BuildSecrets,
 ) -> None:
     """Build each stage of the plan in order, or take it as it is. Each under a lock among this
-    host's runs (sharing.lock): equal runs at once make, and tag, the very same images."""
-    client = build.client
+    host's runs (sharing.lock): equal runs at once make, and tag, the very same images. The secrets
+    go to the steps as the builder takes them: mounted where it mounts secrets, else in the context."""
+    client, secrets = build.client, dataclasses.replace(secrets, mounted=build.builder.mounts_secrets)
     for stage, report in zip(plan.stages, reports, strict=True):
         assemble_context(plan, stage, build.contexts / stage.name, source_files, secrets)
         progress = view.start(report)
@@ -169,5 +171,6 @@ def _stage_job(
         cache_from=cache,
         # inline_cache: what another host's --cache-from reads
         buildkit=BuildKitSettings(epoch=plan.source_date_epoch, secrets=secrets.files(), inline_cache=run.push_stages),
-        buildah=BuildahSettings(timestamp=reproducible.FILE_EPOCH),  # its files' times and date, as BuildKit's (reproducible.py)
+        # its files' times and date, as BuildKit's (reproducible.py)
+        buildah=BuildahSettings(timestamp=reproducible.FILE_EPOCH, secrets=secrets.files()),
     )

@@ -29,11 +29,15 @@ EXAMPLES = ROOT / "examples"
 class BuildSecrets:
     """Files that build steps need and no shipped layer may keep: the host's CA bundle
     (--ca-bundle) and a pip configuration naming the package index (--pip-index-url, whose URL
-    may carry credentials). BuildKit mounts them as secrets; the legacy builder copies them into
-    throwaway build stages only."""
+    may carry credentials). A builder with secret mounts (BuildKit, Podman's buildah) mounts them into
+    the steps that reach the index; the legacy builder copies them into throwaway build stages only,
+    which the settling step allows only for an index without a login (Engine.refuse_index_login).
+    `mounted`: whether the builder mounts them (Builder.mounts_secrets); None where no builder said
+    (`render`): as the plan's builder word says (BuildKit's)."""
 
     ca_bundle: Path | None = None
     pip_conf: Path | None = None
+    mounted: bool | None = None
 
     # secret id -> (file name in a legacy build context, where pip is told to find it)
     PLACES: ClassVar[dict[str, tuple[str, str]]] = {"ca": ("ca-bundle.crt", "PIP_CERT"), "pip": ("pip.conf", "PIP_CONFIG_FILE")}
@@ -42,6 +46,10 @@ class BuildSecrets:
         """Secret id -> the file on the host, for those given."""
         given = {"ca": self.ca_bundle, "pip": self.pip_conf}
         return {key: path for key, path in given.items() if path is not None}
+
+    def mounted_for(self, plan: Plan) -> bool:
+        """Whether the steps read them as secret mounts (else as files the context holds)."""
+        return plan.step_mounts if self.mounted is None else self.mounted
 
 
 NO_SECRETS = BuildSecrets()
@@ -78,7 +86,7 @@ def _secret_uses(plan: Plan, secrets: BuildSecrets) -> list[dict[str, str]]:
     uses = []
     for key in secrets.files():
         file, env = BuildSecrets.PLACES[key]
-        path = f"/run/secrets/{key}" if plan.step_mounts else f"/tmp/torchstack-{file}"
+        path = f"/run/secrets/{key}" if secrets.mounted_for(plan) else f"/tmp/torchstack-{file}"
         uses.append({"id": key, "file": file, "env": env, "path": path})
     return uses
 
@@ -98,6 +106,7 @@ def _render(plan: Plan, stage: StagePlan, secrets: BuildSecrets) -> str:
         stage=stage,
         layout=layout,
         secrets=_secret_uses(plan, secrets),
+        secret_mounts=secrets.mounted_for(plan),
         payload=plan.payload,
         **_builder_values(plan),
     )
@@ -283,7 +292,7 @@ def assemble_context(
                 missing.append(posixpath.basename(c.env["WHEEL"]))
     if stage.name == RELEASE_STAGE:
         missing += _release_files(plan, dest)
-    if not plan.step_mounts:
+    if not secrets.mounted_for(plan):
         _copy_secrets(secrets, dockerfile, dest)
     reproducible.set_times(dest)
     return missing
@@ -293,7 +302,7 @@ def _copy_secrets(secrets: BuildSecrets, dockerfile: str, dest: Path) -> None:
     """For a builder without secret mounts, the secrets the Dockerfile COPYs into its throwaway stages, each
     readable by this user alone (0600, in a context folder made 0700) and removed with the run's contexts
     (run/pipeline.py). The layers of those stages stay in the engine's build cache: only secret mounts
-    (BuildKit's) keep a login out of every layer."""
+    keep a login out of every layer, and an index with a login is refused for such a builder."""
     for key, path in secrets.files().items():
         name = BuildSecrets.PLACES[key][0]
         if f"COPY {name} " in dockerfile:

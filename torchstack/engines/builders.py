@@ -43,6 +43,7 @@ class PodmanBuilder(Builder):
 
     name = "buildah"
     reads_cache_from_images = False  # its build API reads cache sources as buildah's own cache repositories
+    mounts_secrets = True
 
     def build(self, job: BuildJob) -> BuildResult:
         stream = oci_build.stream(self.engine.url, self.engine.version, job)
@@ -59,6 +60,7 @@ class BuildKitBuilder(Builder):
     reads_cache_from_images = False
     reads_cache_from_registry = True
     drives_the_cli = True
+    mounts_secrets = True
 
     def build(self, job: BuildJob) -> BuildResult:
         return buildkit.build(job, self.engine.containerd_store, self.buildx_builder)

@@ -49,9 +49,11 @@ class BuildKitSettings:
 @dataclass(frozen=True)
 class BuildahSettings:
     """What Podman's builder alone is given: `timestamp`, the one time it stamps on the image and on
-    every file it writes (its steps run with reproducible.STEP_ENVIRONMENT)."""
+    every file it writes (its steps run with reproducible.STEP_ENVIRONMENT); `secrets`, its secret
+    mounts (id -> host file), sent beside the context and moved out of it by Podman's service."""
 
     timestamp: int | None = None
+    secrets: Mapping[str, Path] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

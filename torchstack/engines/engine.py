@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import ClassVar
 import docker
 import docker.errors
 
+from torchstack.base import redact
 from torchstack.base.errors import UsageProblem
 from torchstack.engines.buildjob import BuildJob, BuildResult
 
@@ -119,6 +121,19 @@ class Engine:
             if value and not (option == "builder" and value != "buildx"):
                 raise UsageProblem(why)
 
+    def refuse_index_login(self, wanted: str, index_url: str | None) -> None:
+        """One line, before any work, for a package index whose URL carries a login (a user, a token) where the
+        builder `wanted` (--builder's word, settled) means here has no secret mounts: pip's configuration
+        would go into the build context, and from there into a layer the engine's build cache keeps."""
+        if not index_url or urllib.parse.urlsplit(index_url).username is None or self.builder(None, wanted).mounts_secrets:
+            return
+        raise UsageProblem(
+            f"--pip-index-url {redact.url(index_url)} carries a login, which the {self.builder_name(wanted)} builder would "
+            "leave in the engine's build cache (it has no secret mounts): build with BuildKit (--builder buildx; "
+            f"Docker 23 and later have it, {SETUP} installs docker-buildx for older ones) or with Podman (--engine podman), "
+            "or give an index without a login"
+        )
+
 
 @dataclass(frozen=True)
 class Builder:
@@ -133,6 +148,7 @@ class Builder:
     reads_cache_from_images = True  # --cache-from: images here, pulled first
     reads_cache_from_registry = False  # --cache-from: the registry's, asked by the builder itself
     drives_the_cli = False  # it builds through the engine's command (buildx), not the API alone
+    mounts_secrets = False  # it hands the build's secrets to the steps that name them (RUN --mount=type=secret), never to a layer
 
     def build(self, job: BuildJob) -> BuildResult:
         raise NotImplementedError

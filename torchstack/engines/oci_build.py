@@ -5,7 +5,10 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import tarfile
 from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import IO
 
 import docker
 import podman
@@ -23,15 +26,16 @@ OCI_FORMAT = "application/vnd.oci.image.manifest.v1+json"
 OCI_DOCKERFILE = "Dockerfile.oci"
 _BASH = ["/bin/bash", "-o", "pipefail", "-c"]  # every stage's SHELL (templates/_common.j2's preamble)
 _RUN = re.compile(r"RUN((?:\s+--\S+)*)\s+(.*)$", re.S)
+SECRET_PREFIX = ".torchstack-secret-"  # a secret's name in the archive sent: no file of a rendered context has it
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # every C0 control but the tab, and DEL
 
 
 def stream(url: str, version: str, job: BuildJob) -> Iterator[dict]:
     """Podman's own build endpoint at `url` (Podman `version`), through podman-py, Podman's own SDK,
     in the OCI format, the job's `buildah.timestamp` the image's date and every file's time, its
-    steps run with STEP_ENVIRONMENT: the same steps on the same inputs give the same image. The
-    build's output, decoded; the image untagged (its endpoint names images otherwise than the
-    Docker API does: the caller tags)."""
+    steps run with STEP_ENVIRONMENT: the same steps on the same inputs give the same image; its
+    `buildah.secrets` as the endpoint's build secrets (_with_secrets). The build's output, decoded;
+    the image untagged (its endpoint names images otherwise than the Docker API does: the caller tags)."""
     context = job.context
     (context / OCI_DOCKERFILE).write_text(oci_dockerfile((context / "Dockerfile").read_text(), STEP_ENVIRONMENT, job.labels))
     params = {
@@ -49,12 +53,29 @@ def stream(url: str, version: str, job: BuildJob) -> Iterator[dict]:
     client = podman.PodmanClient(base_url=url, version=version.split("-")[0] or None)
     try:
         with docker.utils.tar(str(context), gzip=False) as archive:
+            if job.buildah.secrets:
+                params["secrets"] = json.dumps(_with_secrets(archive, job.buildah.secrets))
             response = client.api.post("/build", params=params, data=archive, headers={"Content-Type": "application/x-tar"}, stream=True)
         response.raise_for_status()
     except podman.errors.APIError as exc:
         client.close()
         raise job.failure(f"Podman's build endpoint refused the build: {exc}") from None
     return _decoded(client, response)
+
+
+def _with_secrets(archive: IO[bytes], secrets: Mapping[str, Path]) -> list[str]:
+    """The build's secrets added to the context's `archive` (a temporary file, this user's alone), each as
+    the endpoint's `secrets` takes it: `id=ID,src=NAME`, NAME the file's in the archive, which Podman's
+    service moves out of the context it unpacked before the build starts (podman-remote's way), so that
+    no COPY can reach it and no layer holds it; a step reads it only through RUN --mount=type=secret."""
+    with tarfile.open(fileobj=archive, mode="a") as tar:
+        for key, path in secrets.items():
+            info = tar.gettarinfo(str(path), arcname=f"{SECRET_PREFIX}{key}")
+            info.mode, info.uid, info.gid, info.uname, info.gname = 0o600, 0, 0, "", ""
+            with path.open("rb") as given:
+                tar.addfile(info, given)
+    archive.seek(0)
+    return [f"id={key},src={SECRET_PREFIX}{key}" for key in secrets]
 
 
 def _decoded(client, response) -> Iterator[dict]:

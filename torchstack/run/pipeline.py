@@ -120,6 +120,7 @@ def run_build(catalog: Catalog, settled: Settled) -> Plan:
     plan, run, pushes = settled.plan, settled.run, list(settled.pushes)
     client, chosen = connection.connect(connection.choose(run.engine))
     chosen.refuse(run.engine_refusals(plan.builder))
+    chosen.refuse_index_login(plan.builder, run.pip_index_url)  # the engine as it answered: another kind than chosen, maybe
     builder = _builder(client, chosen, plan, run)
     cleaned = sharing.sweep(client, state.state_dir() / "contexts")
     base_missing = not engine.image_exists(client, plan.base_image)

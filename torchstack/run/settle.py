@@ -16,6 +16,7 @@ from torchstack.build import sources
 from torchstack.catalog.model import Catalog
 from torchstack.catalog.wheels import check_transport, download_from_index, download_wheel, expected_sha256
 from torchstack.engines import buildkit
+from torchstack.engines.connection import choose
 from torchstack.publishing import lazy, signing
 from torchstack.registries import registry
 from torchstack.request import requirements, tags
@@ -44,6 +45,7 @@ def settle(catalog: Catalog, options: Mapping[str, object]) -> Settled:
     if run.pip_index_url:
         check_transport(run.pip_index_url, "--pip-index-url")
     request = request_from(options)
+    choose(run.engine).refuse_index_login(request.builder, run.pip_index_url)
     _check_publishing(run)
     if run.buildx_builder and not buildkit.builder_exists(run.buildx_builder):
         raise UsageProblem(f"--buildx-builder {run.buildx_builder}: no such builder (see `docker buildx ls`)")
