@@ -287,9 +287,9 @@ def test_with_cosign_3_first_on_path_the_release_is_signed_in_both_forms_each_co
     admitted = pulled_with_policy(skopeo, registry, release["reference"], public, tmp_path / "policy")
     assert admitted.returncode == 0, admitted.stderr[-2000:]
 
-    # Only a bundle (--signature-format bundle, here on the unsigned dev stage): cosign 3 verifies its
-    # signature; a cosign 2 says in one line that it reads no bundle.
-    stage = next(p for p in pushed[0]["pushed"] if "/torchstack-dev:" in p["reference"])
+    # Only a bundle (--signature-format bundle, here on the libs stage, which no other test signs): cosign 3
+    # verifies its signature; a cosign 2 says in one line that it reads no bundle.
+    stage = next(p for p in pushed[0]["pushed"] if "/torchstack-libs:" in p["reference"])
     staged = f"{stage['reference'].rpartition(':')[0]}@{stage['digest']}"
     options = ["--use-signing-config=false", "--tlog-upload=false", "--yes"]
     made = subprocess.run(

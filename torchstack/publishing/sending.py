@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from datetime import datetime
@@ -59,7 +60,7 @@ def publish_release(
                 f"{exc}; the release tag {remote} is left where it was: the same command again signs "
                 f"{dated.reference} and then tags it, without building or pushing it again"
             ) from None
-    done.pushed.append(_tag(dated, remote, note))
+    done.pushed.append(_tag(build, source, dated, remote))
     return lazy_index(run, remote, dated.digest, note, done)
 
 
@@ -98,14 +99,16 @@ def _sign(build: BuildRun, plan: Plan, run: RunOptions, release: ReleaseOutcome,
     return signed
 
 
-def _tag(dated: publish.Pushed, remote: str, note) -> publish.Pushed:
-    """The release tag `remote` put at the image `dated` names, through the registry: the same manifest bytes under a second tag."""
-    ref, source = registry.parse(remote), registry.parse(dated.reference)
+def _tag(build: BuildRun, source: str, dated: publish.Pushed, remote: str) -> publish.Pushed:
+    """The release tag `remote` put at the image `dated` names, through the registry (the same manifest
+    bytes under a second tag), and given to the engine's image `source` too, as a push names it."""
+    ref, pushed = registry.parse(remote), registry.parse(dated.reference)
     where = registry.Registry(ref.host)
-    digest, media_type, body = where.manifest_bytes(source.repository, dated.digest)
+    digest, media_type, body = where.manifest_bytes(pushed.repository, dated.digest)
     where.put_manifest(ref.repository, ref.tag, body, media_type)
-    note(f"torchstack: tagged {remote} ({digest})")
-    return publish.Pushed(remote, digest, None, 0, 1)
+    build.client.images.get(source).tag(remote.rpartition(":")[0], ref.tag)
+    build.note(f"torchstack: tagged {remote} ({digest})")
+    return dataclasses.replace(dated, reference=remote)
 
 
 def _digest(remote: str) -> str:
