@@ -107,9 +107,12 @@ def test_an_index_login_is_in_no_command_line_and_no_output(tmp_path, how):
     (tmp_path / "req.txt").write_text("torchstack-test-nowhere==1.0\n")
     with listener() as (port, came):
         index = f"https://user:{SECRET}@127.0.0.1:{port}/simple"
+        # With Podman (whose builds take the index as a secret, as BuildKit's do, whatever this host's Docker
+        # builds with): Docker's legacy builder would refuse an index login before pip ran (test_index_login_in_builds).
+        secret_mounts = ["--engine", "podman"]
         args, env = {
-            "requirements": (["--requirements", str(tmp_path / "req.txt")], {"PIP_INDEX_URL": index}),
-            "plugin": (["--plugin-wheel", "torchstack-test-nowhere==1.0"], {"PIP_INDEX_URL": index}),
+            "requirements": ([*secret_mounts, "--requirements", str(tmp_path / "req.txt")], {"PIP_INDEX_URL": index}),
+            "plugin": ([*secret_mounts, "--plugin-wheel", "torchstack-test-nowhere==1.0"], {"PIP_INDEX_URL": index}),
             "torch-index": (["--torch-from", "wheel", "--torch-version", "2.13.0", "--torch-wheel", index], {}),
         }[how]
         with watching_cmdlines() as seen:
