@@ -3,7 +3,13 @@
 of the checkout. `setup-host.sh --toolkit-only` makes the
 toolkit's venv (.venv) from that python3, installing python3-venv where ensurepip is missing;
 ./build.py runs in it by itself (plan, render), the unit tests pass in it, and nothing was written
-into the distribution's own Python (PEP 668: it is externally managed)."""
+into the distribution's own Python (PEP 668: it is externally managed).
+
+The whole unit suite runs on forky, whose Python (3.14) is the newest a host has and the one a removed
+or changed library call breaks first; the host's own run (.ci/run) has it on bookworm's (3.11).
+Bookworm and trixie run the unit tests that drive what their distribution itself provides (gpg, patch,
+gcc, cosign, venv): the whole suite three times over would cost a cold run most of its budget and check
+little that these two do not."""
 
 from __future__ import annotations
 
@@ -73,7 +79,7 @@ mark "plan passed"
 ./build.py render --output /tmp/rendered __ARGS__
 ls /tmp/rendered > /dev/null
 mark "render passed"
-.venv/bin/python -m pytest -q -m "not engine" -p no:cacheprovider tests/unit
+.venv/bin/python -m pytest -q -m "not engine" -p no:cacheprovider __UNIT_TESTS__
 mark "unit tests passed"
 
 snapshot > /tmp/site-after
@@ -85,6 +91,17 @@ if (cd / && /usr/bin/python3 -c "import torchstack" 2> /dev/null); then
 fi
 mark "system python3 has no torchstack"
 """
+
+# What bookworm and trixie run of the unit suite: the tests of what the distribution provides, the installed
+# package and its venv.
+HOST_TOOL_TESTS = (
+    "tests/unit/test_archive.py",  # gpg, gpgv
+    "tests/unit/test_patches.py",  # patch
+    "tests/unit/test_plugins.py",  # gcc: stub libraries in test wheels
+    "tests/unit/test_cosign.py",  # cosign: reading its release, what it takes
+    "tests/unit/test_signing.py",  # cosign: keys
+    "tests/unit/test_installed.py",  # the package installed into a venv of this Python
+)
 
 MARKERS = (
     "setup passed",
@@ -129,7 +146,8 @@ def test_a_new_host_sets_up_the_toolkit_in_a_venv_and_its_unit_tests_pass(client
         made = run_build_py("bootstrap", "--distribution", distribution)
         assert made.returncode == 0, made.stderr[-2000:]
         os_image = made.stdout.strip().splitlines()[-1]
-    script = SCRIPT.replace("__ARGS__", " ".join(README_ARGS))
+    unit_tests = "tests/unit" if distribution == "forky" else " ".join(HOST_TOOL_TESTS)
+    script = SCRIPT.replace("__ARGS__", " ".join(README_ARGS)).replace("__UNIT_TESTS__", unit_tests)
     started = time.monotonic()
     container = client.containers.create(
         os_image,
