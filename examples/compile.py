@@ -52,8 +52,15 @@ def main() -> None:
     else:
         print(
             f"compile: torch.compile of a ResNet-style model on {args.batch} image(s) matches eager mode; "
-            f"Inductor's vector ISA: {cpu_vec_isa.pick_vec_isa()!r}"
+            f"Inductor's vector ISA: {vec_isa_name()}"
         )
+
+
+def vec_isa_name() -> str:
+    """The vector ISA Inductor compiles its kernels for, by Inductor's own name of it ("avx2", "avx512
+    avx512_vnni", "asimd"...), or "none" where it found none and generates scalar code."""
+    isa = cpu_vec_isa.pick_vec_isa()
+    return str(isa) if isa else "none"
 
 
 if __name__ == "__main__":

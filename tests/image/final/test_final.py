@@ -40,7 +40,8 @@ model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.
 x = torch.randn(4, 64)
 with torch.no_grad():
     torch.testing.assert_close(torch.compile(model)(x), model(x), rtol=1e-4, atol=1e-4)
-print(f"Inductor's vector ISA: {cpu_vec_isa.pick_vec_isa()!r}")
+isa = cpu_vec_isa.pick_vec_isa()
+print(f"Inductor's vector ISA: {str(isa) if isa else 'none'}")
 """
 # Under qemu user emulation (an image of another architecture than this host's) the examples loop
 # runs one example: resnet.py, whose convolutions and linear layers go through the image's oneDNN
@@ -343,8 +344,8 @@ def test_torch_compile_compiles_a_model_that_matches_eager(side_by_side, ours):
         )
         return
     assert result.rc == 0, f"torch.compile failed:\n{result.stderr[-2500:]}"
-    vec_isa = re.search(r"Inductor's vector ISA: (\S+)", result.stdout)
-    assert vec_isa and vec_isa[1] != "''", f"Inductor found no vector ISA for its kernels ({result.stdout[-500:]})"
+    vec_isa = re.search(r"Inductor's vector ISA: (.+)", result.stdout)
+    assert vec_isa and vec_isa[1].strip() != "none", f"Inductor found no vector ISA for its kernels ({result.stdout[-500:]})"
     print(result.stdout.strip())
 
 
