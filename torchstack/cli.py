@@ -195,9 +195,17 @@ def _matrix_command(catalog: Catalog) -> click.Command:
     @click.option("--backend", multiple=True, help="Only this backend (repeat for several).")
     @click.option("--build-target", "target", multiple=True, help="Only this build target (repeat for several).")
     @click.option("--distribution", multiple=True, help="Only this Debian release (repeat for several).")
-    @click.option("--torch-from", "torch_from", type=click.Choice(["source", "wheel"]), default="source", show_default=True)
+    @click.option(
+        "--torch-from",
+        "torch_from",
+        type=click.Choice(["source", "wheel"]),
+        multiple=True,
+        default=("source",),
+        show_default=True,
+        help="How the jobs get torch (repeat for both; then each job's name ends with its own, torch-source or torch-wheel).",
+    )
     @click.option("--release", help="Release in the tags, rYY.MM (default: this UTC month).")
-    def matrix_command(form: str, torch_from: str, release: str | None, **filters) -> None:
+    def matrix_command(form: str, torch_from: tuple[str, ...], release: str | None, **filters) -> None:
         """Print the CI build matrix: every allowed build, each on a native runner, with its tag."""
         from torchstack.request.matrix import jobs, render
 

@@ -89,6 +89,16 @@ def test_wheel_builds_only_for_backends_a_wheel_can_carry(catalog):
     assert all("--torch-from wheel" in j.args for j in found)
 
 
+def test_torch_from_repeats_and_each_jobs_name_says_its_way(catalog):
+    source, wheel = jobs(catalog, NO_FILTER, now=NOW), jobs(catalog, NO_FILTER, torch_from="wheel", now=NOW)
+    both = jobs(catalog, NO_FILTER, torch_from=("source", "wheel"), now=NOW)
+    assert [j.args for j in both] == [j.args for j in source + wheel]
+    assert [j.name for j in both] == [f"{j.name} torch-source" for j in source] + [f"{j.name} torch-wheel" for j in wheel]
+    shown = CliRunner().invoke(make_cli(catalog), ["matrix", "--torch-from", "wheel", "--torch-from", "source"])
+    assert shown.exit_code == 0, shown.output
+    assert {j["args"] for j in json.loads(shown.output)} == {j.args for j in both}
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -36,12 +36,30 @@ Filters = dict[str, "str | tuple[str, ...] | None"]
 
 
 def jobs(
-    catalog: Catalog, filters: Filters, torch_from: str = "source", release: str | None = None, now: datetime | None = None
+    catalog: Catalog,
+    filters: Filters,
+    torch_from: str | tuple[str, ...] = "source",
+    release: str | None = None,
+    now: datetime | None = None,
 ) -> list[Job]:
-    """The allowed builds that match every given filter (arch, backend, target, distribution).
-    A filter is one value or several (any of them); None or () lets everything through."""
+    """The allowed builds that match every given filter (arch, backend, target, distribution), for
+    each way of getting torch asked for (source, wheel: one or several). A filter is one value or
+    several (any of them); None or () lets everything through. With more than one torch source,
+    each job's name ends with its own ("... torch-wheel"), so that the names stay apart."""
     given = {key: (value,) if isinstance(value, str) else tuple(value or ()) for key, value in filters.items()}
     _check_filters(catalog, given)
+    sources = (torch_from,) if isinstance(torch_from, str) else tuple(dict.fromkeys(torch_from))
+    found = [job for source in sources for job in _jobs_from(catalog, given, source, release, now, named=len(sources) > 1)]
+    if not found:
+        said = " ".join(f"--{k.replace('target', 'build-target')} {v}" for k, values in given.items() for v in values)
+        raise UsageProblem(f"no allowed build matches {said or 'the catalog'} (torch from {' or '.join(sources)})")
+    return found
+
+
+def _jobs_from(
+    catalog: Catalog, given: dict[str, tuple[str, ...]], torch_from: str, release: str | None, now: datetime | None, named: bool
+) -> list[Job]:
+    """The jobs of one way of getting torch; `named`: the job names say which."""
     found = []
     methods = {} if torch_from == "source" else {"torch": torch_from}
     for backend, target, distribution in combinations(catalog, torch_from):
@@ -72,7 +90,7 @@ def jobs(
         arch = catalog.architectures[target.arch]
         found.append(
             Job(
-                name=f"{backend.name} {target.name} {distribution.name}",
+                name=f"{backend.name} {target.name} {distribution.name}" + (f" torch-{torch_from}" if named else ""),
                 arch=target.arch,
                 backend=backend.name,
                 target=target.name,
@@ -83,9 +101,6 @@ def jobs(
                 tag=plan.release_tag,
             )
         )
-    if not found:
-        said = " ".join(f"--{k.replace('target', 'build-target')} {v}" for k, values in given.items() for v in values)
-        raise UsageProblem(f"no allowed build matches {said or 'the catalog'} (torch from {torch_from})")
     return found
 
 
