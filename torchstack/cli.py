@@ -172,9 +172,13 @@ def _list_command(catalog: Catalog) -> click.Command:
                 for line in backend_details(catalog, backend):
                     click.echo(f"{'':<12} {'':<24} {line}")
         else:
+            from torchstack.request.selection import distributions_for
+
             for target in catalog.targets:
                 aliases = f" (also: {', '.join(target.aliases)})" if target.aliases else ""
-                click.echo(f"{target.name:<14} {target.arch:<8} {target.flag:<22} GCC {target.gcc}+{aliases}")
+                builds_on = ", ".join(d.name for d in distributions_for(catalog, target))
+                where = builds_on or f"not yet buildable: no Debian release here has GCC {target.gcc}"
+                click.echo(f"{target.name:<14} {target.arch:<8} {target.flag:<22} {'GCC ' + target.gcc + '+':<10} {where}{aliases}")
             click.echo(f"{'native':<14} {'any':<8} resolved from this host's /proc/cpuinfo")
             click.echo(f"{'custom':<14} {'any':<8} read from --custom-target FILE")
 

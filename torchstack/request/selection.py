@@ -73,6 +73,12 @@ def refusal(
     if backend.targets and target.name not in backend.targets:
         return f"backend {backend.name} is for the targets {', '.join(backend.targets)}, not {target.name}"
     if _version_tuple(distribution.gcc) < _version_tuple(target.gcc):
+        if not distributions_for(catalog, target):
+            has = ", ".join(f"{d.name} {d.gcc}" for d in catalog.distributions.values())
+            return (
+                f"target {target.name} ({target.flag}) needs GCC {target.gcc} or newer, which no Debian release "
+                f"the toolkit builds on has yet (GCC: {has}): it is listed, not yet buildable; choose another target"
+            )
         return (
             f"target {target.name} ({target.flag}) needs GCC {target.gcc} or newer; "
             f"{distribution.name} has GCC {distribution.gcc}: choose another --distribution or target"
@@ -86,6 +92,11 @@ def refusal(
             f"backend {backend.name} needs torch built from source (--torch-from source): no prebuilt wheel is known to be built that way"
         )
     return None
+
+
+def distributions_for(catalog: Catalog, target: Target) -> list[Distribution]:
+    """The Debian releases whose GCC knows the target's flag: where it can be built."""
+    return [d for d in catalog.distributions.values() if _version_tuple(d.gcc) >= _version_tuple(target.gcc)]
 
 
 def combinations(catalog: Catalog, torch_method: str = "source") -> Iterator[tuple[Backend, Target, Distribution]]:
