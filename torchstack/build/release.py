@@ -169,18 +169,19 @@ def add_records(build: BuildRun, plan: Plan, image: str) -> tuple[str, Path]:
     return result.image_id, path
 
 
-def published(remote: str, content: str | None) -> bool:
-    """Whether the registry's `remote` tag is a release with this content (CONTENT_LABEL): a
-    rebuild that changed nothing, which is neither pushed nor signed again. The content, not the
-    image ID: a new CI runner installs the same packages again into files of other times."""
+def published(remote: str, content: str | None) -> str | None:
+    """The digest of the registry's `remote` tag where it is a release with this content
+    (CONTENT_LABEL), else None: a rebuild that changed nothing, which is neither pushed nor signed
+    again. The content, not the image ID: a new CI runner installs the same packages again into files
+    of other times. The digest is the manifest's that was read: the tag read again could name another."""
     reference = registry.parse(remote)
     try:
         where = registry.Registry(reference.host)
-        _, manifest = where.manifest(reference)
+        digest, manifest = where.manifest(reference)
         labels = where.config(reference.repository, manifest).get("config", {}).get("Labels") or {} if "config" in manifest else {}
     except registry.RegistryProblem:
-        return False
-    return content is not None and labels.get(CONTENT_LABEL) == content
+        return None
+    return digest if content is not None and labels.get(CONTENT_LABEL) == content else None
 
 
 def probe(client, plan: Plan, image: str) -> dict:

@@ -37,9 +37,9 @@ def publish_release(
         return lazy_index(run, done.pushed[-1].reference, done.pushed[-1].digest, note, done) if pushes else done
     (source, remote, name), stages = pushes[-1], pushes[:-1]
     content = client.images.get(release.image_id).labels.get(CONTENT_LABEL)
-    if published(remote, content):
+    digest = published(remote, content)
+    if digest:
         done = Published([_push(build, run, plan, *each) for each in stages])
-        digest = _digest(remote)
         if run.sign and not signing.signed_as_asked(_pinned(remote, digest), run.sign, run.signature_format):
             note(f"torchstack: {remote} already holds this release, not signed as --sign asks: signing it (nothing new to push)")
             done.signed.append(_sign(build, plan, run, release, _pinned(remote, digest), began, record))
@@ -85,9 +85,10 @@ def _dated_push(build: BuildRun, run: RunOptions, plan: Plan, push: tuple, conte
         listed = []
     earlier = sorted((t for t in listed if isinstance(t, str) and DATED.fullmatch(t) and t.rpartition("-")[0] == ref.tag), reverse=True)
     for tag in earlier[:3]:  # the newest few: a release is re-tagged within a run or two
-        if published(f"{ref.name}:{tag}", content):
+        digest = published(f"{ref.name}:{tag}", content)
+        if digest:
             build.note(f"torchstack: {ref.name}:{tag} holds this release already (an earlier run pushed it): not pushed again")
-            return publish.Pushed(f"{ref.name}:{tag}", _digest(f"{ref.name}:{tag}"), None, 0, 0)
+            return publish.Pushed(f"{ref.name}:{tag}", digest, None, 0, 0)
     return _push(build, run, plan, source, f"{remote}-{began:%Y%m%d%H%M}", name)
 
 
@@ -109,11 +110,6 @@ def _tag(build: BuildRun, source: str, dated: publish.Pushed, remote: str) -> pu
     build.client.images.get(source).tag(remote.rpartition(":")[0], ref.tag)
     build.note(f"torchstack: tagged {remote} ({digest})")
     return dataclasses.replace(dated, reference=remote)
-
-
-def _digest(remote: str) -> str:
-    ref = registry.parse(remote)
-    return registry.Registry(ref.host).manifest(ref)[0]
 
 
 def _pinned(remote: str, digest: str) -> str:
