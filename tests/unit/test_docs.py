@@ -1,9 +1,11 @@
-"""The docs hold to the code: every command the README and docs/using show is accepted as shown, the
-engine-free ones print what the docs show, and docs/using/options.md's tables are the CLI's options.
+"""The docs hold to the code: every command the pages show (README, docs/, benchmarks/: every page the
+repository ships but the changelog) is accepted as shown, the engine-free ones print what the docs show,
+docs/using/options.md's tables are the CLI's options, a command written inline in prose names only
+options and choices its command has, and an option said to repeat does.
 
 Commands in ```sh blocks are read as the user would type them: each must parse, and a build request
-(`./build.py [OPTIONS]`, `plan`, `render`, `fetch`) must plan, with no engine. Commands in ```console
-blocks are transcripts, `$ COMMAND` then the lines it prints (all of them or some, `...` between):
+(`./build.py [OPTIONS]`, `plan`, `render`, `fetch`) must plan, with no engine. A block of any fence that
+shows `$ ./build.py ...` is a transcript, `$ COMMAND` then the lines it prints (all of them or some, `...` between):
 each is run and every line shown must be a line of its output, the release's month (`rYY.MM`) aside.
 Only engine-free commands are shown so (plan, render, matrix, list, --help, and refusals); a
 command that needs an engine is run by the engine tests where the suite builds that request.
@@ -18,6 +20,8 @@ import re
 import shlex
 import subprocess
 import sys
+import zipfile
+from pathlib import Path
 
 import click
 import pytest
@@ -25,20 +29,29 @@ import pytest
 from torchstack.catalog.model import ROOT, load_catalog
 from torchstack.cli import make_cli
 
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs" / "using").glob("*.md"))]
+
+def _shipped_pages() -> list[Path]:
+    """Every Markdown page the repository ships to users and maintainers: README, docs/, benchmarks/...
+    Not the changelog, which keeps what each release did in the words of its day, nor the image checks'
+    notes under tests/."""
+    listed = subprocess.run(["git", "ls-files", "*.md"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    return [ROOT / name for name in sorted(listed) if not name.startswith("tests/") and name != "CHANGELOG.md"]
+
+
+PAGES = _shipped_pages()
 OPTIONS = ROOT / "docs" / "using" / "options.md"
 ENGINE_FREE = ("plan", "render", "matrix", "list")
 BUILD_REQUESTS = (None, "plan", "render", "fetch")
 RELEASE = re.compile(r"\br\d\d\.\d\d\b")
 
 
-def _blocks(kind: str) -> list[tuple[str, str]]:
-    """(page, text) of each fenced block of `kind` (sh: also bash) in the pages."""
+def _blocks(kind: str | None) -> list[tuple[str, str]]:
+    """(page, text) of each fenced block of `kind` (sh: also bash; None: every block) in the pages."""
     kinds = ("sh", "bash") if kind == "sh" else (kind,)
     found = []
     for page in PAGES:
         for fence, text in re.findall(r"^```(\w*)\n(.*?)^```", page.read_text(), re.MULTILINE | re.DOTALL):
-            if fence in kinds:
+            if kind is None or fence in kinds:
                 found.append((page.name, text))
     return found
 
@@ -56,9 +69,12 @@ def _commands_shown() -> list[tuple[str, list[str]]]:
 
 
 def _transcripts() -> list[tuple[str, str, list[str]]]:
-    """(page, command, lines shown) of each `$ ./build.py ...` in the pages' console blocks."""
+    """(page, command, lines shown) of each `$ ./build.py ...` in the pages' blocks, whatever their fence
+    says (console, text or none): a block that shows the command and what it prints is a transcript."""
     found = []
-    for page, text in _blocks("console"):
+    for page, text in _blocks(None):
+        if not re.search(r"^\$ \./build\.py", text, re.MULTILINE):
+            continue
         for chunk in re.split(r"^\$ ", text, flags=re.MULTILINE)[1:]:
             command, *shown = chunk.replace("\\\n", " ").splitlines()
             found.append((page, command.strip(), [line for line in shown if line.strip() and line.strip() != "..."]))
@@ -130,14 +146,49 @@ def test_every_command_the_docs_show_is_accepted_as_shown(page, arguments, tmp_p
         assert planned.returncode == 0, f"{page}: ./build.py {' '.join(arguments)} does not plan: {planned.stderr[-500:]}"
 
 
+def _stand_in_wheel(folder: Path, file: str, shown: list[str]) -> None:
+    """A wheel the page's reader has (a plugin downloaded from PyPI) made here under the name the page
+    gives it, as the page's output says it is: the torch it requires ("requires torch==V"), the
+    libraries its compiled module needs ("its compiled modules need libA.so, ..."; stand-ins made by
+    gcc). What is checked is that the toolkit says of such a wheel what the page says it does."""
+    name, version = file.split("-")[:2]
+    said = " ".join(shown)
+    requires = re.search(r"requires (torch==[\w.]+)", said)
+    needed = re.search(r"its compiled modules need ([^)]*)\)", said)
+    work = folder / f"{name}-build"
+    work.mkdir()
+    members = {}
+    if needed:
+        libraries = needed[1].split(", ")
+        (work / "stub.c").write_text("int stub(void) { return 0; }\n")
+        for library in libraries:
+            made = ["gcc", "-shared", "-fPIC", f"-Wl,-soname,{library}", "-o", str(work / library), str(work / "stub.c")]
+            subprocess.run(made, check=True)
+        links = [f"-l:{library}" for library in libraries]
+        module = work / "_C.so"
+        command = ["gcc", "-shared", "-fPIC", "-o", str(module), str(work / "stub.c"), f"-L{work}", "-Wl,--no-as-needed", *links]
+        subprocess.run(command, check=True)
+        members[f"{name}/_C.so"] = module.read_bytes()
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    metadata += f"Requires-Dist: {requires[1]}\n" if requires else "Requires-Dist: torch\n"
+    with zipfile.ZipFile(folder / file, "w") as out:
+        out.writestr(f"{name}-{version}.dist-info/METADATA", metadata)
+        for member, data in members.items():
+            out.writestr(member, data)
+
+
 @pytest.mark.parametrize(("page", "command", "shown"), _transcripts(), ids=lambda value: value if isinstance(value, str) else None)
-def test_every_transcript_the_docs_show_is_what_the_command_prints(page, command, shown):
+def test_every_transcript_the_docs_show_is_what_the_command_prints(page, command, shown, tmp_path, monkeypatch):
     words = shlex.split(command)
     assert words[0] == "./build.py", f"{page}: a transcript runs ./build.py, not {words[0]}"
     arguments = words[1:]
     assert arguments and (arguments[0] in ENGINE_FREE or "--help" in arguments or any("error" in line for line in shown)), (
         f"{page}: `{command}` needs an engine: show it in a sh block, not as a transcript"
     )
+    monkeypatch.chdir(tmp_path)
+    for word in arguments:
+        if re.fullmatch(r"\./[\w.+-]+\.whl", word):
+            _stand_in_wheel(tmp_path, word[2:], shown)
     ran = _run(arguments)
     printed = {RELEASE.sub("rYY.MM", line.rstrip()) for line in (ran.stdout + ran.stderr).splitlines()}
     refused = any(line.startswith("torchstack: error:") for line in shown)
@@ -238,3 +289,90 @@ def test_every_default_of_a_build_option_is_the_one_options_md_says():
         row = next(first + " | " + rest for first, rest in rows if param.opts[0] in _options(first))
         said = re.search(rf"`{re.escape(param.default)}`[^|.;]{{0,40}}\bdefault|\bdefault[^|.;]{{0,40}}`{re.escape(param.default)}`", row)
         assert said, f"{param.opts[0]}: options.md does not say its default is `{param.default}`"
+
+
+def _written_in_prose() -> list[tuple[str, str]]:
+    """(page, command) of each `./build.py ...` the pages write inline, outside their fenced blocks."""
+    found = []
+    for page in PAGES:
+        prose = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.MULTILINE | re.DOTALL)
+        found += [(page.name, command) for command in re.findall(r"`(\./build\.py [^`]+)`", prose)]
+    return found
+
+
+def prose_problems(command: str) -> list[str]:
+    """What an inline command (a synopsis: [optional] parts, A|B alternatives, PLACEHOLDERS, ...) names
+    that the CLI does not have: an option its command (or, before the command, a build) does not take,
+    a choice an option does not offer."""
+    cli = _cli()
+    words = command.replace("\\|", "|").replace("[", " ").replace("]", " ").split()[1:]
+    owner, problems = cli, []
+    for index, word in enumerate(words):
+        if word in cli.commands and owner is cli:
+            owner = cli.commands[word]
+            continue
+        if not word.startswith("-") or word == "...":
+            continue
+        params = {opt: param for param in owner.params for opt in param.opts}
+        option = word.split("=")[0]
+        if option not in params and option != "--help":
+            problems.append(f"{option}: not an option of {owner.name if owner is not cli else 'a build'}")
+            continue
+        given = word.partition("=")[2] or (words[index + 1] if index + 1 < len(words) else "")
+        param = params.get(option)
+        if isinstance(getattr(param, "type", None), click.Choice) and "|" in given:
+            offered = {str(choice) for choice in param.type.choices}
+            problems += [f"{option} {choice}: not one of {sorted(offered)}" for choice in given.split("|") if choice not in offered]
+    return problems
+
+
+@pytest.mark.parametrize(("page", "command"), _written_in_prose(), ids=lambda value: value)
+def test_every_command_written_in_prose_names_what_the_cli_has(page, command):
+    assert prose_problems(command) == [], f"{page}: `{command}`"
+
+
+@pytest.mark.parametrize(
+    ("command", "problem"),
+    [
+        ("./build.py matrix --format github|xml", "--format xml: not one of"),
+        ("./build.py verify IMAGE --keys cosign.pub", "--keys: not an option of verify"),
+        ("./build.py --frobnicate plan", "--frobnicate: not an option of a build"),
+    ],
+)
+def test_a_command_in_prose_that_the_cli_lacks_is_found(command, problem):
+    assert any(problem in p for p in prose_problems(command))
+
+
+def repeat_problems(pages: dict[str, str]) -> list[str]:
+    """Options said to repeat, in `--help` or in a sentence of a page (`pages`: name -> text), that no
+    command taking them lets repeat."""
+    cli = _cli()
+    params = [(command, param) for command in [cli, *cli.commands.values()] for param in command.params]
+    problems = [
+        f"--help of {command.name}: {param.opts[0]} is said to repeat and does not"
+        for command, param in params
+        if re.search(r"\brepeat", getattr(param, "help", None) or "", re.IGNORECASE) and not param.multiple
+    ]
+    for name, text in pages.items():
+        prose = re.sub(r"^```.*?^```", "", text, flags=re.MULTILINE | re.DOTALL)
+        # paragraphs and table rows; in each, the parenthesis that says "repeat", else its sentence
+        units = [u for block in re.split(r"\n\s*\n", prose) for u in (block.splitlines() if block.startswith("|") else [block])]
+        for unit in units:
+            sentences = re.split(r"(?<=[.;])\s+", unit.replace("\n", " "))
+            said = re.findall(r"\([^()]*\brepeat[^()]*\)", unit, re.IGNORECASE) or [
+                sentence for sentence in sentences if re.search(r"\brepeat", sentence, re.IGNORECASE)
+            ]
+            for option in {o for clause in said for o in re.findall(r"`(--[a-z][a-z0-9-]*)", clause)}:
+                taking = [param for _, param in params if option in param.opts]
+                if taking and not any(param.multiple for param in taking):
+                    problems.append(f"{name}: {option} is said to repeat and does not")
+    return problems
+
+
+def test_an_option_said_to_repeat_repeats():
+    assert repeat_problems({page.name: page.read_text() for page in PAGES}) == []
+
+
+def test_an_option_said_to_repeat_that_does_not_is_found():
+    said = {"page.md": "The matrix takes `--format` filters, which may repeat."}
+    assert repeat_problems(said) == ["page.md: --format is said to repeat and does not"]
