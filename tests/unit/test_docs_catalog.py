@@ -6,6 +6,7 @@ also run once on a page changed to break it, so that it is seen to fail."""
 from __future__ import annotations
 
 import re
+import subprocess
 
 import pytest
 
@@ -100,3 +101,66 @@ def test_each_check_fails_on_a_page_that_breaks_it(catalog, page, old, new, prob
         assert old in targets_page
         targets_page = targets_page.replace(old, new)
     assert any(problem in p for p in table_problems(catalog, readme, targets_page))
+
+
+def _pages() -> dict[str, str]:
+    listed = subprocess.run(["git", "ls-files", "*.md"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    # Not the changelog (each release's words of its day), nor the page on adding a torch release to
+    # the catalog, which is about one the catalog does not have yet.
+    skipped = ("CHANGELOG.md", "docs/maintaining/torch-releases.md")
+    return {name: (ROOT / name).read_text() for name in listed if not name.startswith("tests/") and name not in skipped}
+
+
+def version_problems(catalog: Catalog, pages: dict[str, str]) -> list[str]:
+    """Versions the pages name that the catalog does not have: a torch release asked for by option or
+    named in a tag (--torch-version V, torch-V-), a torchvision or zentorch release, and a clause that
+    pairs a torchvision or zentorch release with a torch release ("zentorch==V for torch T") that the
+    catalog does not pair.
+    (A torch version a page names otherwise, what a third-party wheel requires, say, is not the
+    catalog's to have.)"""
+    torch = set(catalog.torch_releases)
+    plugins = catalog.plugins
+    problems = []
+    for name, text in pages.items():
+        flat = text.replace("\n", " ")
+        for version in re.findall(r"--torch-version[ =](\d+\.\d+\.\d+)|(?<![\w.])torch-(\d+\.\d+\.\d+)-", flat):
+            version = next(v for v in version if v)
+            if version not in torch:
+                problems.append(f"{name}: torch {version} is not a release of the catalog ({', '.join(sorted(torch))})")
+        for library in ("torchvision", "zentorch"):
+            known = set(plugins[library].versions)
+            for version in re.findall(rf"{library}[ =-]+(\d+(?:\.\d+){{2,3}})", flat):
+                if version not in known:
+                    problems.append(f"{name}: {library} {version} is not one the catalog knows ({', '.join(sorted(known))})")
+        for library in ("torchvision", "zentorch"):
+            # "LIBRARY V ... torch T" within a clause, no other release of the library between
+            pairs = rf"{library}[ =-]+(\d+(?:\.\d+){{2,3}})`?((?:(?!{library}[ =-]+\d)[^.;(]){{0,60}}?)(?<![\w.])`?torch[ =-]+(\d+\.\d+)"
+            for version, _, torch_line in re.findall(pairs, flat):
+                problems += _pairing_problem(plugins[library], version, torch_line, name)
+    return problems
+
+
+def _pairing_problem(plugin, version: str, torch_line: str, page: str) -> list[str]:
+    if plugin.torch_pairing == "version-prefix":
+        paired = version.startswith(f"{torch_line}.")
+    else:
+        paired = torch_line in plugin.torch_lines.get(version, ())
+    return [] if paired else [f"{page}: {plugin.name} {version} is paired with torch {torch_line}; the catalog does not pair them"]
+
+
+def test_the_pages_name_only_versions_and_pairings_the_catalog_has(catalog):
+    assert version_problems(catalog, _pages()) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("Build it with `--torch-version 2.11.0`.", "torch 2.11.0 is not a release"),
+        ("Its tag is `r26.12-torch-2.11.0-onednn`.", "torch 2.11.0 is not a release"),
+        ("PyPI's torchvision 0.27.0 declares it.", "torchvision 0.27.0 is not one"),
+        ("torchvision 0.28.0 is the release for torch 2.14.", "torchvision 0.28.0 is paired with torch 2.14"),
+        ("zentorch 2.13.0.2 goes with torch 2.14.0.", "zentorch 2.13.0.2 is paired with torch 2.14"),
+    ],
+)
+def test_a_version_or_pairing_the_catalog_lacks_is_found(catalog, text, problem):
+    assert any(problem in p for p in version_problems(catalog, {"page.md": text}))
