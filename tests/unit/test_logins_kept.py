@@ -14,12 +14,12 @@ import sys
 import threading
 import time
 import zipfile
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from tests.loopback import Served, serving
 from torchstack.base import redact
 from torchstack.base.errors import ToolkitError, UsageProblem
 from torchstack.build import archive, sources
@@ -153,54 +153,21 @@ def test_plain_http_to_another_host_is_refused_in_one_line(catalog, tmp_path):
         assert "plain http to another host; use https" in done.output and SECRET not in done.output
 
 
-@contextlib.contextmanager
-def http_server(handler: type[BaseHTTPRequestHandler], host: str = "127.0.0.1"):
-    server = ThreadingHTTPServer((host, 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def test_a_redirect_to_another_host_or_port_carries_no_login():
-    asked: dict[str, list] = {"first": [], "elsewhere": []}
     listed = f'<a href="/files/{WHEEL_NAME}">{WHEEL_NAME}</a>'.encode()
-
-    def handler(name: str, redirect=None):
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                asked[name].append((self.path, self.headers.get("Authorization")))
-                if redirect and self.path == "/simple/torch/":
-                    self.send_response(302)
-                    self.send_header("Location", redirect())
-                    self.end_headers()
-                    return
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(listed)))
-                self.end_headers()
-                self.wfile.write(listed)
-
-            def log_message(self, *args):
-                pass
-
-        return Handler
-
     target: list[str] = []
-    with (
-        http_server(handler("elsewhere")) as other_port,
-        http_server(handler("first", redirect=lambda: target[0])) as port,
-    ):
-        for where in (f"http://localhost:{other_port}/x/torch/", f"http://127.0.0.1:{other_port}/x/torch/"):
+    first = Served(files={"*": listed}, redirect=lambda path: target[0] if path == "/simple/torch/" else None)
+    with serving(Served(files={"*": listed})) as elsewhere, serving(first):
+        port = elsewhere.url.rpartition(":")[2]
+        for where in (f"http://localhost:{port}/x/torch/", f"http://127.0.0.1:{port}/x/torch/"):
             target[:] = [where]
-            found = torch_choice.listing(f"http://ci:{SECRET}@127.0.0.1:{port}/simple")
+            found = torch_choice.listing(f"http://ci:{SECRET}@{first.url.removeprefix('http://')}/simple")
             assert [w.filename for w in found] == [WHEEL_NAME]
-            assert asked["first"][-1][1] is not None  # the index itself was sent the login
-            assert asked["elsewhere"][-1] == ("/x/torch/", None)
-        target[:] = [f"http://127.0.0.1:{port}/mirror/torch/"]  # the same origin: the login goes with it
-        torch_choice.listing(f"http://ci:{SECRET}@127.0.0.1:{port}/simple")
-        assert asked["first"][-1][0] == "/mirror/torch/" and asked["first"][-1][1] is not None
+            assert first.seen[-1][1] is not None  # the index itself was sent the login
+            assert elsewhere.seen[-1] == ("/x/torch/", None)
+        target[:] = [f"{first.url}/mirror/torch/"]  # the same origin: the login goes with it
+        torch_choice.listing(f"http://ci:{SECRET}@{first.url.removeprefix('http://')}/simple")
+        assert first.seen[-1][0] == "/mirror/torch/" and first.seen[-1][1] is not None
 
 
 def zipped(folder: Path, text: str) -> bytes:
@@ -211,26 +178,10 @@ def zipped(folder: Path, text: str) -> bytes:
 
 
 @pytest.fixture
-def wheel_server(tmp_path):
+def wheel_server():
     """Loopback http serving bytes by path: `files` to fill, the base URL."""
-    files: dict[str, bytes] = {}
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = files.get(self.path)
-            if body is None:
-                self.send_error(404)
-                return
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    with http_server(Handler) as port:
-        yield files, f"http://127.0.0.1:{port}"
+    with serving() as served:
+        yield served.files, served.url
 
 
 def wheels_kept(tmp_path: Path) -> list[Path]:

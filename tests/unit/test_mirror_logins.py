@@ -5,15 +5,13 @@ redacted."""
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from tests.loopback import Served, serving
 from torchstack.base.errors import UsageProblem
 from torchstack.build import sources
 from torchstack.catalog.component import Source
@@ -101,37 +99,6 @@ def test_a_builds_first_lines_and_its_summary_hold_no_password(plan_for, tmp_pat
     assert made["engine"]["url"] == "tcp://ci:****@engine.example:2376"
 
 
-@contextlib.contextmanager
-def _mirror(redirect_to: str | None = None):
-    """A loopback HTTP server serving TARBALL at any path, or redirecting there: the requests it saw, as (path, Authorization)."""
-    seen: list[tuple[str, str | None]] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):
-            seen.append((self.path, self.headers.get("Authorization")))
-            if redirect_to:
-                self.send_response(302)
-                self.send_header("Location", f"{redirect_to}{self.path}")
-                self.end_headers()
-                return
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(TARBALL)))
-            self.end_headers()
-            self.wfile.write(TARBALL)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1], seen
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def _source() -> Source:
     return Source(
         version="1",
@@ -144,12 +111,13 @@ def _source() -> Source:
 
 def test_a_source_mirrors_login_goes_to_it_as_basic_auth_and_not_where_it_redirects(tmp_path: Path):
     basic = "Basic " + base64.b64encode(f"ci:{SECRET}".encode()).decode()
-    with _mirror() as (port, seen):
-        got = sources.fetch_source("x", _source(), f"http://ci:{SECRET}@127.0.0.1:{port}/m", cache=tmp_path / "a")
-    assert got.read_bytes() == TARBALL and seen == [("/m/x.tar.gz", basic)]
-    with _mirror() as (elsewhere, landed), _mirror(redirect_to=f"http://127.0.0.1:{elsewhere}") as (port, asked):
-        sources.fetch_source("x", _source(), f"http://ci:{SECRET}@127.0.0.1:{port}/m", cache=tmp_path / "b")
-    assert asked == [("/m/x.tar.gz", basic)] and landed == [("/m/x.tar.gz", None)]
+    with serving(Served(files={"*": TARBALL})) as mirror:
+        got = sources.fetch_source("x", _source(), mirror.url.replace("//", f"//ci:{SECRET}@") + "/m", cache=tmp_path / "a")
+    assert got.read_bytes() == TARBALL and mirror.seen == [("/m/x.tar.gz", basic)]
+    with serving(Served(files={"*": TARBALL})) as elsewhere:
+        with serving(Served(redirect=lambda path: f"{elsewhere.url}{path}")) as mirror:
+            sources.fetch_source("x", _source(), mirror.url.replace("//", f"//ci:{SECRET}@") + "/m", cache=tmp_path / "b")
+    assert mirror.seen == [("/m/x.tar.gz", basic)] and elsewhere.seen == [("/m/x.tar.gz", None)]
 
 
 def test_a_source_mirrors_login_over_plain_http_to_another_host_is_refused():
