@@ -26,19 +26,12 @@ from pathlib import Path
 import click
 import pytest
 
+from tests.pages import prose, shipped_pages
 from torchstack.catalog.model import ROOT, load_catalog
 from torchstack.cli import make_cli
 
-
-def _shipped_pages() -> list[Path]:
-    """Every Markdown page the repository ships to users and maintainers: README, docs/, benchmarks/...
-    Not the changelog, which keeps what each release did in the words of its day, nor the image checks'
-    notes under tests/."""
-    listed = subprocess.run(["git", "ls-files", "*.md"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
-    return [ROOT / name for name in sorted(listed) if not name.startswith("tests/") and name != "CHANGELOG.md"]
-
-
-PAGES = _shipped_pages()
+# Every shipped page but the changelog, which keeps what each release did in the words of its day.
+PAGES = shipped_pages("CHANGELOG.md")
 OPTIONS = ROOT / "docs" / "using" / "options.md"
 ENGINE_FREE = ("plan", "render", "matrix", "list")
 BUILD_REQUESTS = (None, "plan", "render", "fetch")
@@ -295,8 +288,7 @@ def _written_in_prose() -> list[tuple[str, str]]:
     """(page, command) of each `./build.py ...` the pages write inline, outside their fenced blocks."""
     found = []
     for page in PAGES:
-        prose = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.MULTILINE | re.DOTALL)
-        found += [(page.name, command) for command in re.findall(r"`(\./build\.py [^`]+)`", prose)]
+        found += [(page.name, command) for command in re.findall(r"`(\./build\.py [^`]+)`", prose(page.read_text()))]
     return found
 
 
@@ -354,9 +346,8 @@ def repeat_problems(pages: dict[str, str]) -> list[str]:
         if re.search(r"\brepeat", getattr(param, "help", None) or "", re.IGNORECASE) and not param.multiple
     ]
     for name, text in pages.items():
-        prose = re.sub(r"^```.*?^```", "", text, flags=re.MULTILINE | re.DOTALL)
         # paragraphs and table rows; in each, the parenthesis that says "repeat", else its sentence
-        units = [u for block in re.split(r"\n\s*\n", prose) for u in (block.splitlines() if block.startswith("|") else [block])]
+        units = [u for block in re.split(r"\n\s*\n", prose(text)) for u in (block.splitlines() if block.startswith("|") else [block])]
         for unit in units:
             sentences = re.split(r"(?<=[.;])\s+", unit.replace("\n", " "))
             said = re.findall(r"\([^()]*\brepeat[^()]*\)", unit, re.IGNORECASE) or [

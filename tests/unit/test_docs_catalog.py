@@ -6,10 +6,10 @@ also run once on a page changed to break it, so that it is seen to fail."""
 from __future__ import annotations
 
 import re
-import subprocess
 
 import pytest
 
+from tests.pages import shipped_pages
 from torchstack.catalog.model import ROOT, Catalog, load_catalog
 from torchstack.request.selection import distributions_for
 
@@ -104,11 +104,9 @@ def test_each_check_fails_on_a_page_that_breaks_it(catalog, page, old, new, prob
 
 
 def _pages() -> dict[str, str]:
-    listed = subprocess.run(["git", "ls-files", "*.md"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     # Not the changelog (each release's words of its day), nor the page on adding a torch release to
     # the catalog, which is about one the catalog does not have yet.
-    skipped = ("CHANGELOG.md", "docs/maintaining/torch-releases.md")
-    return {name: (ROOT / name).read_text() for name in listed if not name.startswith("tests/") and name not in skipped}
+    return {str(page.relative_to(ROOT)): page.read_text() for page in shipped_pages("CHANGELOG.md", "docs/maintaining/torch-releases.md")}
 
 
 def version_problems(catalog: Catalog, pages: dict[str, str]) -> list[str]:

@@ -5,27 +5,21 @@ anchors of headings. The check is also run on a page given a broken link and a b
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.pages import prose, shipped_pages
 from torchstack.catalog.model import ROOT
 
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
-FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
-
-
-def _pages() -> list[Path]:
-    listed = subprocess.run(["git", "ls-files", "*.md"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
-    return [ROOT / name for name in listed if not name.startswith("tests/")]
 
 
 def anchors(text: str) -> set[str]:
     """The anchors GitHub gives a page's headings: lower case, punctuation but - and _ dropped,
     spaces made -, a repeated one numbered (-1, -2)."""
     found: set[str] = set()
-    for heading in re.findall(r"^#{1,6} +(.+?) *#*$", FENCE.sub("", text), re.MULTILINE):
+    for heading in re.findall(r"^#{1,6} +(.+?) *#*$", prose(text), re.MULTILINE):
         slug = re.sub(r"[^\w\- ]", "", heading.replace("`", "").lower()).replace(" ", "-")
         numbered, n = slug, 0
         while numbered in found:
@@ -37,7 +31,7 @@ def anchors(text: str) -> set[str]:
 
 def link_problems(page: Path, text: str) -> list[str]:
     problems = []
-    for target in LINK.findall(FENCE.sub("", text)):
+    for target in LINK.findall(prose(text)):
         if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto: ...
             continue
         path, _, anchor = target.partition("#")
@@ -50,7 +44,7 @@ def link_problems(page: Path, text: str) -> list[str]:
 
 
 def test_every_relative_link_and_anchor_resolves():
-    pages = _pages()
+    pages = shipped_pages()
     assert ROOT / "README.md" in pages and any("maintaining" in str(p) for p in pages)
     problems = [p for page in pages for p in link_problems(page, page.read_text())]
     assert not problems, "\n".join(problems)
