@@ -30,6 +30,11 @@ ID = uuid.uuid4().hex[:8]  # in every image tag the session makes
 # the host's network bind-mounts it under the engine's exec root, for the engine's life and after.
 ENGINE_OWN_MOUNTS = {"/run/docker/netns/default", "/var/run/docker/netns/default"}
 
+# Each session's root holds this file: the pid and start time of the process that made it. A root whose
+# process is gone is a session killed before its end (a CI job at its time limit), which removed nothing.
+OWNER_FILE = ".session-owner"
+ROOTS = Path("/var/tmp")
+
 _owners: set[str] = set()
 _tokens: set[str] = {ID}
 _lock = threading.Lock()
@@ -38,14 +43,42 @@ _root: Path | None = None
 
 def start() -> Path:
     """The session's temporary root, made once (under /var/tmp: engines' storage does not fit a
-    tmpfs), and named as TMPDIR for the session and every process it starts."""
+    tmpfs), and named as TMPDIR for the session and every process it starts. The roots earlier
+    sessions left when they were killed are removed first: their engines' storage, tens of GB."""
     global _root
     if _root is None:
-        _root = Path(tempfile.mkdtemp(prefix="tst-", dir="/var/tmp"))
+        _remove_roots_of_killed_sessions()
+        _root = Path(tempfile.mkdtemp(prefix="tst-", dir=ROOTS))
+        (_root / OWNER_FILE).write_text(f"{os.getpid()} {_started(os.getpid())}\n")
         os.environ["TMPDIR"] = str(_root)
         tempfile.tempdir = str(_root)
         _owners.add(sharing.identity())
     return _root
+
+
+def _started(pid: int) -> str:
+    """When the process `pid` started, in clock ticks since boot (/proc/PID/stat's 22nd field)."""
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
+
+
+def _remove_roots_of_killed_sessions() -> None:
+    """Every root under ROOTS whose OWNER_FILE names a process that no longer runs: its mounts
+    detached, its files removed. A root without that file is not a session's, or one being made."""
+    for root in ROOTS.glob("tst-*"):
+        owner = root / OWNER_FILE
+        try:
+            pid, started = owner.read_text().split()
+        except (OSError, ValueError):  # not a session's root, one being made, or one its session is removing
+            continue
+        try:
+            if _started(int(pid)) == started:
+                continue  # its session runs
+        except (OSError, ValueError, IndexError):
+            pass  # no such process: gone
+        mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+        for mount in sorted((m for m in mounts if m.startswith(f"{root}/")), reverse=True):
+            subprocess.run(["umount", "--lazy", mount], capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def finish() -> None:
@@ -111,7 +144,7 @@ def leftovers() -> dict[str, list[str]]:
     root = _root
     found: dict[str, set[str]] = {"processes": _children()}
     if root is not None:
-        kept = {p for p in root.iterdir() if not p.name.startswith("pytest-of-")} if root.is_dir() else set()
+        kept = {p for p in root.iterdir() if not p.name.startswith("pytest-of-") and p.name != OWNER_FILE} if root.is_dir() else set()
         found["temporary files"] = {str(p) for p in kept}
         mounts = {line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()}
         found["mounts"] = {m for m in mounts if m.startswith(f"{root}/")} - ENGINE_OWN_MOUNTS

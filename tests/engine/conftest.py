@@ -184,6 +184,15 @@ def pytest_collection_finish(session):
         IMAGES.want({name for item in session.items for name in _images_of(item)})
 
 
+def pytest_terminal_summary(terminalreporter):
+    """The background builds' timeline: the session's critical path, read from one run."""
+    lines = IMAGES.timeline()
+    if lines:
+        terminalreporter.section("background builds (minutes from collection)")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
 def pytest_sessionfinish(session):
     IMAGES.stop()
     # The tags of the session's own builds (none where no engine test ran: no engine needed then).

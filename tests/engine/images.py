@@ -16,6 +16,7 @@ import functools
 import io
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -23,6 +24,7 @@ import sys
 import tarfile
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -143,6 +145,14 @@ def run_build_py(*args: str, cwd: Path = ROOT, timeout: int = 3000, env: dict | 
     return session.run([sys.executable, str(cwd / "build.py"), *args], cwd=cwd, timeout=timeout, env={**os.environ, **(env or {})})
 
 
+def ccache_counts(log: str) -> tuple[int, int]:
+    """Hits and misses that the last `ccache --show-stats` of a build's log reported."""
+    stats = log.rsplit("Cacheable calls:", 1)[1]
+    hits = int(re.search(r"Hits:\s+(\d+)", stats)[1])
+    misses = int(re.search(r"Misses:\s+(\d+)", stats)[1])
+    return hits, misses
+
+
 def checks_passed(result: subprocess.CompletedProcess, summary: dict) -> bool:
     """`build.py test` of an image built earlier in the session passed: exit 0; or every check passed
     and the release gate alone refused, for a fix Debian published after the build read its -security
@@ -188,6 +198,8 @@ class Build:
         self.process: subprocess.Popen | None = None
         self.folder: Path | None = None
         self.problem: str | None = None  # why it could not start
+        self.began: float | None = None  # time.monotonic() when the scheduler started it, and saw it end
+        self.ended: float | None = None
 
     def start(self) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix=f"torchstack-{self.name}-"))
@@ -282,6 +294,7 @@ class Scheduler:
         self.stopped = False
         self.changed = threading.Condition()
         self.thread: threading.Thread | None = None
+        self.origin = time.monotonic()
 
     def want(self, names) -> None:
         """These builds and what they build on, started when they can be."""
@@ -305,12 +318,16 @@ class Scheduler:
         with self.changed:
             while not self.stopped:
                 running = sum(1 for b in self.table.values() if b.started() and not b.done())
+                for build in self.table.values():
+                    if build.began is not None and build.ended is None and build.done():
+                        build.ended = time.monotonic()
                 for name, build in self.table.items():
                     if name not in self.wanted or build.started() or build.done():
                         continue
                     if failed := self._blocked_by(build):
                         build.problem = f"{failed}, which it builds on, failed"
                     elif running < self.slots and all(self.table[n].ok() for n in build.after):
+                        build.began = time.monotonic()
                         try:
                             build.start()
                         except BaseException as exc:  # its inputs could not be made: reported to the test that asks
@@ -328,6 +345,20 @@ class Scheduler:
         if build.problem is not None:
             pytest.fail(f"{name} was not built: {build.problem}")
         return build.result()
+
+    def timeline(self) -> list[str]:
+        """When each build that started began and ended, in minutes from the session's collection, in
+        the order they began: where a run's time went, for the terminal's summary."""
+        lines = []
+        for build in sorted((b for b in self.table.values() if b.began is not None), key=lambda b: b.began):
+            start = (build.began - self.origin) / 60
+            if build.ended is None:
+                lines.append(f"{build.name:<34} {start:5.1f} -   ...  (not ended)")
+                continue
+            end = (build.ended - self.origin) / 60
+            verdict = "ok" if build.ok() else "failed"
+            lines.append(f"{build.name:<34} {start:5.1f} - {end:5.1f}  ({end - start:4.1f} min, {verdict})")
+        return lines
 
     def stop(self) -> None:
         """Every build still running cancelled, every folder removed (the session is ending)."""
@@ -411,6 +442,13 @@ REPRODUCED = {
 def _current_engine_inputs(store: str, build: Build, folder: Path) -> list[str]:
     build.env = current_client_env(CURRENT_ENGINES[store].get())
     return ["--torch-wheel", x86_wheelhouse()]
+
+
+def _seeded_current_engine_inputs(store: str, build: Build, folder: Path) -> list[str]:
+    """As above, with the compiler cache BuildKit's first chain wrote on the host's engine (a copy):
+    what a CI job's cache action restores on a new runner (--ccache-dir)."""
+    seed = shutil.copytree(IMAGES.table["buildkit_first"].folder / "ccache", folder / "ccache", symlinks=True)
+    return [*_current_engine_inputs(store, build, folder), "--ccache-dir", str(seed)]
 
 
 def _moved_to_rebuild_engine(store: str) -> str:
@@ -501,10 +539,21 @@ IMAGES = Scheduler(
         # The arm64 OS image, then the arm64 onednn-acl chain under qemu: the longest build; its
         # tests run last. It builds on nothing of the x86_64 chain, so it starts beside it.
         "arm64_os": Build(["bootstrap", "--arch", "aarch64"], summary=False, recheck=False),
+        # BuildKit's tools chain on the host's engine (the README's first three stages, with --builder
+        # buildx), for the compiler cache tests: numpy compiled with the cache mount, written out to a
+        # folder as CI keeps it (--ccache-dir). --no-test: the reuse test checks this very image on
+        # an empty engine. It leads the containerd chain below, which starts from that folder.
+        "buildkit_first": Build(
+            [*BUILDKIT_TOOLS[:-1], BUILDKIT_TAG, "--no-test"], after=("x86_build",), prepare=_buildkit_first_inputs, recheck=False
+        ),
         # The README's build as it is (no --builder: BuildKit by default) on an empty engine of a current
         # Docker release in its containerd image store, as on an Ubuntu 24.04 host or a CI runner: every
-        # stage built anew.
-        "built_on_current": Build(X86_ARGS, after=("x86_build",), prepare=functools.partial(_current_engine_inputs, "containerd")),
+        # stage built anew, numpy's compile served by the compiler cache of the chain above, restored
+        # with --ccache-dir as a CI job restores it on a new runner. The rebuild below compiles cold: the
+        # two images' equal IDs prove that two compiles on two engines wrote the same files.
+        "built_on_current": Build(
+            X86_ARGS, after=("buildkit_first",), prepare=functools.partial(_seeded_current_engine_inputs, "containerd")
+        ),
         # That image built again by `verify --rebuild`, cold, on another empty engine of that release it is
         # moved to, with a state folder of its own: another host's clock, cache and downloads
         # (test_reproducible.py). First of those after the x86_64 chain: the longest chain that follows it.
@@ -548,13 +597,8 @@ IMAGES = Scheduler(
         "podman_build": Build(["--engine", "podman", *X86_ARGS], after=("pushed",), prepare=_podman_inputs, recheck=False),
         # A team's requirements in another release of the README image: its final stage again.
         "requirements_build": Build(X86_ARGS, after=("x86_build",), prepare=_requirements_inputs, recheck=False),
-        # BuildKit's tools chain twice, for the compiler cache test: numpy compiled with the cache
-        # mount, written out to a folder as CI keeps it (--ccache-dir); then the same request from a
-        # copy of the checkout with a one-line patch to one numpy file, which must recompile that
-        # file alone. --no-test: the reuse test checks this very image on an empty engine.
-        "buildkit_first": Build(
-            [*BUILDKIT_TOOLS[:-1], BUILDKIT_TAG, "--no-test"], after=("x86_build",), prepare=_buildkit_first_inputs, recheck=False
-        ),
+        # BuildKit's tools chain again, from a copy of the checkout with a one-line patch to one numpy
+        # file, which must recompile that file alone (buildkit_first is above).
         "buildkit_patched": Build(
             [*BUILDKIT_TOOLS[:-1], BUILDKIT_TAG, "--no-test"], after=("buildkit_first",), prepare=_buildkit_patched_inputs, recheck=False
         ),

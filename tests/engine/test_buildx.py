@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
-from tests.engine.images import BUILDKIT_TAG, run_build_py
+from tests.engine.images import BUILDKIT_TAG, ccache_counts, run_build_py
 
 # `buildkit`: builds with BuildKit on the session's engine (images.py: buildkit_first, buildkit_patched).
 pytestmark = [pytest.mark.engine, pytest.mark.buildkit]
-
-
-def ccache_counts(log: str) -> tuple[int, int]:
-    """Hits and misses that the last `ccache --show-stats` of a build's log reported."""
-    stats = log.rsplit("Cacheable calls:", 1)[1]
-    hits = int(re.search(r"Hits:\s+(\d+)", stats)[1])
-    misses = int(re.search(r"Misses:\s+(\d+)", stats)[1])
-    return hits, misses
 
 
 def test_a_patch_recompiles_only_what_it_touches(client, buildkit_first, buildkit_patched):

@@ -10,7 +10,7 @@ import docker
 import pytest
 
 from tests.engine.hosts import CURRENT_ENGINES
-from tests.engine.images import IMAGES
+from tests.engine.images import IMAGES, ccache_counts
 from torchstack.build.sbom import BUILD_INFO_LABEL
 
 pytestmark = pytest.mark.engine
@@ -45,6 +45,17 @@ def test_the_readme_build_takes_buildkit_for_every_stage_and_passes_its_checks(b
     engine = built_on_current["engine"]
     assert engine["store"] == "containerd" and engine["sizes"] == "compressed", engine
     assert json.loads(release.labels[BUILD_INFO_LABEL])["engine"] == {"kind": "docker", "store": "containerd"}
+
+
+def test_a_compiler_cache_written_on_another_engine_serves_the_numpy_compile(built_on_current):
+    """The build started from the folder BuildKit's first chain wrote on the host's engine (--ccache-dir,
+    as a CI job's cache action restores it on a new runner): numpy's compile on this empty engine
+    took its objects from it."""
+    log = open(built_on_current["log"]).read()
+    assert "torchstack: compiler cache loaded from " in built_on_current["output"], built_on_current["output"][-2000:]
+    hits, misses = ccache_counts(log)
+    print(f"numpy on an empty engine from a restored compiler cache: {hits} hits, {misses} misses")
+    assert hits > 100 and misses <= 3, (hits, misses)
 
 
 def test_the_summary_names_the_builder_of_each_stage(x86_build):
