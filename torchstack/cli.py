@@ -209,11 +209,17 @@ def _matrix_command(catalog: Catalog) -> click.Command:
         help="How the jobs get torch (repeat for both; then each job's name ends with its own, torch-source or torch-wheel).",
     )
     @click.option("--release", help="Release in the tags, rYY.MM (default: this UTC month).")
-    def matrix_command(form: str, torch_from: tuple[str, ...], release: str | None, **filters) -> None:
+    @click.option(
+        "--hosted",
+        is_flag=True,
+        help="Only the jobs GitHub's and GitLab.com's own runners can run. A target whose CPU features those "
+        "runners lack (AVX-512, AMX) gets a self-hosted runner's labels, and its job says why (runner).",
+    )
+    def matrix_command(form: str, torch_from: tuple[str, ...], release: str | None, hosted: bool, **filters) -> None:
         """Print the CI build matrix: every allowed build, each on a native runner, with its tag."""
         from torchstack.request.matrix import jobs, render
 
-        click.echo(render(jobs(catalog, filters, torch_from=torch_from, release=release), form))
+        click.echo(render(jobs(catalog, filters, torch_from=torch_from, release=release, hosted=hosted), form))
 
     return matrix_command
 

@@ -64,7 +64,8 @@ def test_list_backends_and_targets(cli):
     code, out = invoke(cli, ["list", "targets"])
     assert code == 0 and "neoverse-v2" in out and "-march=arch14" in out and "native" in out
     lines = {line.split()[0] + " " + line.split()[1]: line for line in out.splitlines()}
-    assert lines["neoverse-v2 aarch64"].endswith(" trixie") and lines["z16 s390x"].endswith(" bookworm, trixie")
+    assert lines["neoverse-v2 aarch64"].endswith(" trixie (also: graviton4, grace, axion)"), lines["neoverse-v2 aarch64"]
+    assert lines["z16 s390x"].endswith(" bookworm, trixie") and lines["neoverse-v3 aarch64"].endswith(" trixie (also: graviton5)")
     assert "not yet buildable: no Debian release here has GCC 15.1" in lines["z17 s390x"]
     code, out = invoke(cli, ["plan", "--build-target", "z17", "--backend", "zdnn"])
     assert code == 2 and "it is listed, not yet buildable" in out, out

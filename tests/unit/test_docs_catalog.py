@@ -1,6 +1,7 @@
 """The pages' tables of backends and build targets say what the catalog says: each architecture's
 backends (its default first) and targets, a target no Debian release here can build marked as not yet
-buildable, and the targets the pages say need trixie the ones only trixie's GCC knows. Each check is
+buildable, the targets the pages say need trixie the ones only trixie's GCC knows, and the product
+names listed the catalog's aliases of each target. Each check is
 also run once on a page changed to break it, so that it is seen to fail."""
 
 from __future__ import annotations
@@ -66,6 +67,15 @@ def table_problems(catalog: Catalog, readme: str, targets_page: str) -> list[str
             problems.append(f"README.md: {arch_name}'s backends are {_named(backends)}, the catalog's {expected} (default first)")
         problems += _target_problems(catalog, arch_name, targets, "README.md")
         problems += _target_problems(catalog, arch_name, page_rows[arch_name][0], TARGETS_PAGE.name)
+    products = {}
+    for line in targets_page.split("\n| name | target | product |\n", 1)[-1].splitlines()[1:]:
+        if not line.startswith("|"):
+            break
+        name, target = (_named(cell)[0] for cell in line.strip("|").split("|")[:2])
+        products[name] = target
+    aliases = {alias: t.name for t in catalog.targets for alias in t.aliases}
+    if products != aliases:
+        problems.append(f"{TARGETS_PAGE.name}: the product names listed are {products}, the catalog's aliases {aliases}")
     said = re.search(r"does not know: (.*?) need\s+trixie", targets_page, re.DOTALL)
     trixie_only = {t.name for t in catalog.targets if [d.name for d in distributions_for(catalog, t)] == ["trixie"]}
     if not said or set(_named(said[1])) != trixie_only:
@@ -89,7 +99,9 @@ def test_the_pages_tables_say_what_the_catalog_says(catalog):
         ("readme", "`generic`, `z14`, `z15`, `z16`;", "`generic`, `z14`, `z15`;", "s390x lists"),
         ("readme", "| `onednn`, `zendnn`, `openblas` |", "| `zendnn`, `onednn`, `openblas` |", "x86_64's backends"),
         ("targets", "; `z17` (not yet buildable: needs GCC 15.1)", ", `z17`", "z17 is listed as buildable"),
-        ("targets", "`neoverse-v2`, `znver4` and `znver5` need", "`znver4` and `znver5` need", "said to need trixie"),
+        ("targets", "`neoverse-v2`, `neoverse-v3`", "`neoverse-v3`", "said to need trixie"),
+        ("targets", "| `graviton5` | `neoverse-v3` |", "| `graviton5` | `neoverse-v2` |", "the product names listed"),
+        ("targets", "| `turin` | `znver5` | AMD EPYC 9005 (Zen 5) |\n", "", "the product names listed"),
     ],
 )
 def test_each_check_fails_on_a_page_that_breaks_it(catalog, page, old, new, problem):

@@ -64,13 +64,31 @@ def test_a_repeated_filter_yields_the_builds_of_each_value(catalog):
 
 def test_each_job_runs_on_its_architectures_native_runner_and_names_its_tag(catalog):
     for job in jobs(catalog, NO_FILTER, release="r26.11", now=NOW):
-        assert job.runs_on == list(catalog.architectures[job.arch].runners.github)
+        target = catalog.find_target(job.target, job.arch)
+        assert job.runs_on == list((target.runners or catalog.architectures[job.arch].runners).github)
         plan = make_plan(
             catalog,
             Request(backend=job.backend, arch=job.arch, build_target=job.target, distribution=job.distribution, release="r26.11", now=NOW),
         )
         assert job.tag == plan.release_tag
         assert f"--backend {job.backend} --build-target {job.target} --distribution {job.distribution}" == job.args
+
+
+def test_a_target_the_hosted_runners_cannot_start_gets_a_self_hosted_runner_and_hosted_leaves_it_out(catalog):
+    """A job's checks start its image, and the CPU guard refuses a CPU without the target's features:
+    GitHub's and GitLab.com's x86_64 runners have no AVX-512 or AMX."""
+    everything = jobs(catalog, {**NO_FILTER, "arch": "x86_64"}, now=NOW)
+    own = {j.target for j in everything if j.runner != "hosted"}
+    assert own == {"x86-64-v4", "znver4", "znver5", "sapphirerapids", "graniterapids"}, own
+    spr = next(j for j in everything if j.target == "sapphirerapids")
+    assert spr.runs_on == ["self-hosted", "linux", "x64", "sapphirerapids"] and spr.gitlab_tags == ["sapphirerapids"]
+    assert spr.runner.startswith("self-hosted: ") and "no AMX" in spr.runner
+    hosted = jobs(catalog, {**NO_FILTER, "arch": "x86_64"}, now=NOW, hosted=True)
+    assert hosted == [j for j in everything if j.runner == "hosted"] and hosted
+    assert all(j.runs_on == ["ubuntu-24.04"] for j in hosted)
+    assert {j.target for j in jobs(catalog, {**NO_FILTER, "arch": "aarch64"}, now=NOW, hosted=True)} >= {"neoverse-v3", "ampere1b"}
+    shown = CliRunner().invoke(make_cli(catalog), ["matrix", "--hosted", "--build-target", "znver5"])
+    assert shown.exit_code == 2 and "no allowed build matches --build-target znver5 --hosted" in shown.output, shown.output
 
 
 def test_github_reads_an_include_list_and_gitlab_a_parallel_matrix(catalog):

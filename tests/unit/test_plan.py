@@ -206,7 +206,12 @@ def test_another_pinned_version_is_built_and_named_in_the_tag(plan_for):
             {"backend": "zdnn", "build_target": "z17"},
             "needs GCC 15.1 or newer, which no Debian release the toolkit builds on has yet (GCC: bookworm 12.2, trixie 14.2)",
         ),
-        ({"backend": "onednn-acl", "build_target": "neoverse-v2", "distribution": "bookworm"}, "needs GCC 12.3 or newer"),
+        (
+            {"backend": "onednn-acl", "build_target": "neoverse-v2", "distribution": "bookworm"},
+            "needs GCC 12.3 or newer; bookworm has GCC 12.2: build it with --distribution trixie (GCC 14.2), or choose another target",
+        ),
+        ({"backend": "onednn-acl", "build_target": "graviton5", "distribution": "bookworm"}, "target neoverse-v3 (-mcpu=neoverse-v3)"),
+        ({"build_target": "graniterapids", "distribution": "bookworm"}, "build it with --distribution trixie (GCC 14.2)"),
         ({"versions": {"openblas": "0.1"}}, "openblas 0.1 has no pinned, checksummed source"),
         ({"torch_version": "2.99.0"}, "torch 2.99.0 is not a release the catalog knows (newest: 2.15.0; known: 2.15.0, "),
         ({"torch_version": "2.15.0"}, "torch 2.15.0 has no pinned, checksummed source"),

@@ -71,7 +71,13 @@ def test_every_target_passes_exactly_one_tuning_flag(catalog):
         ("neoverse-v1", "aarch64", "-mcpu=neoverse-v1", "NEOVERSEV1", ("armv8.2-a", True)),
         ("neoverse-n2", "aarch64", "-mcpu=neoverse-n2", "NEOVERSEN2", ("armv8.2-a", True)),
         ("neoverse-v2", "aarch64", "-mcpu=neoverse-v2", "NEOVERSEV2", ("armv8.2-a", True)),
+        ("neoverse-v3", "aarch64", "-mcpu=neoverse-v3", "NEOVERSEV2", ("armv8.2-a", True)),
+        ("neoverse-n3", "aarch64", "-mcpu=neoverse-n3", "NEOVERSEN2", ("armv8.2-a", True)),
+        ("ampere1a", "aarch64", "-mcpu=ampere1a", "NEOVERSEN1", ("armv8.2-a", True)),
+        ("ampere1b", "aarch64", "-mcpu=ampere1b", "NEOVERSEN1", ("armv8.2-a", True)),
         ("thunderx2t99", "aarch64", "-mcpu=thunderx2t99", "THUNDERX2T99", ("armv8a", True)),
+        ("sapphirerapids", "x86_64", "-march=sapphirerapids", "SAPPHIRERAPIDS", None),
+        ("graniterapids", "x86_64", "-march=graniterapids", "SAPPHIRERAPIDS", None),
         ("generic", "aarch64", "-march=armv8-a", "ARMV8", ("armv8a", True)),
         ("generic", "x86_64", "-march=x86-64", "PRESCOTT", None),
         ("x86-64-v3", "x86_64", "-march=x86-64-v3", "HASWELL", None),
@@ -93,3 +99,75 @@ def test_generic_openblas_is_runtime_dispatching_everywhere(catalog):
 @pytest.mark.parametrize(("cores", "mem", "per_job", "expected"), [(64, 24, 3.0, 8), (2, 24, 3.0, 2), (16, 4, 3.0, 1), (8, 64, 1.0, 8)])
 def test_jobs_are_bounded_by_cores_and_memory(cores, mem, per_job, expected):
     assert default_jobs(per_job, cores, mem) == expected
+
+
+# Product names and the cores they are built on (docs/using/targets-and-backends.md lists the same).
+PRODUCTS = {
+    "graviton2": "neoverse-n1",
+    "graviton3": "neoverse-v1",
+    "graviton4": "neoverse-v2",
+    "graviton5": "neoverse-v3",
+    "grace": "neoverse-v2",
+    "axion": "neoverse-v2",
+    "cobalt100": "neoverse-n2",
+    "ampereone": "ampere1",
+    "genoa": "znver4",
+    "turin": "znver5",
+    "emeraldrapids": "sapphirerapids",
+}
+
+
+@pytest.mark.parametrize(("name", "core"), sorted(PRODUCTS.items()))
+def test_a_product_name_plans_its_core_and_says_so(plan_for, catalog, name, core):
+    target = next(t for t in catalog.targets if name in t.aliases)
+    plan = plan_for(arch=target.arch, build_target=name, methods={"torch": "wheel"}, torch_wheel="index")
+    assert plan.target.name == core and plan.target.flag == target.flag
+    assert f"{name} is an alias of {core}" in plan.target_note
+    assert plan.release_tag.endswith(f"-{core}") or f"-{core}-" in plan.release_tag
+
+
+def test_the_bf16_kernels_are_built_for_each_new_core(catalog):
+    """OpenBLAS's bf16 GEMM (sbgemm_), which torch takes for bf16 matmuls: on each aarch64 core as
+    PyTorch's builds do, on Intel's AMX cores from the SAPPHIRERAPIDS kernels."""
+    for name in ("neoverse-v3", "neoverse-n3", "ampere1a", "ampere1b", "sapphirerapids", "graniterapids"):
+        target = next(t for t in catalog.targets if t.name == name)
+        assert target.openblas.bf16, name
+
+
+def _changed(sample: str, *swaps: tuple[str, str]) -> str:
+    text = (SAMPLES / sample).read_text()
+    for old, new in swaps:
+        assert old in text, (sample, old)
+        text = text.replace(old, new)
+    return text
+
+
+# Real samples with the fields that tell the cores apart changed to the newer cores' (their MIDR part
+# numbers, Arm's and Ampere's; Intel's vendor and AMX flags): no sample of those machines is here.
+INTEL = ("AuthenticAMD", "GenuineIntel")
+AMX = ("avx512_vnni", "avx512_vnni avx512_fp16 avx_vnni amx_tile amx_bf16 amx_int8")
+
+
+@pytest.mark.parametrize(
+    ("cpuinfo", "arch", "expected"),
+    [
+        (_changed("neoverse-v2.txt", ("0xd4f", "0xd84")), "aarch64", "neoverse-v3"),
+        (_changed("neoverse-v2.txt", ("0xd4f", "0xd8e")), "aarch64", "neoverse-n3"),
+        (_changed("neoverse-n1.txt", ("0x41", "0xc0"), ("0xd0c", "0xac3")), "aarch64", "ampere1"),
+        (_changed("neoverse-n1.txt", ("0x41", "0xc0"), ("0xd0c", "0xac4")), "aarch64", "ampere1a"),
+        (_changed("neoverse-n1.txt", ("0x41", "0xc0"), ("0xd0c", "0xac5")), "aarch64", "ampere1b"),
+        (_changed("x86-avx512-amd.txt", INTEL, AMX), "x86_64", "sapphirerapids"),
+        (_changed("x86-avx512-amd.txt", INTEL, (AMX[0], AMX[1] + " amx_fp16")), "x86_64", "graniterapids"),
+        (_changed("x86-avx512-amd.txt", INTEL), "x86_64", "x86-64-v4"),  # AVX-512 without AMX: no Intel core of ours
+    ],
+)
+def test_native_knows_the_new_cores(catalog, cpuinfo, arch, expected):
+    assert resolve_native(catalog, arch, cpuinfo).name == expected
+
+
+def test_an_amd_avx512_cpu_cannot_run_an_intel_amx_image(catalog):
+    """The CPU guard of a sapphirerapids or graniterapids image refuses Zen 4 (no AMX, no AVX-512 FP16)."""
+    have = cpu_features((SAMPLES / "x86-avx512-amd.txt").read_text())
+    for name in ("sapphirerapids", "graniterapids"):
+        lacking = set(next(t for t in catalog.targets if t.name == name).cpu_features) - have
+        assert {"amx_tile", "amx_bf16", "amx_int8", "avx512_fp16"} <= lacking, (name, lacking)

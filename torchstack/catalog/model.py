@@ -51,6 +51,13 @@ class Runners(Frozen):
     gitlab: tuple[str, ...] = Field(min_length=1)  # runner tags
 
 
+class SelfHostedRunners(Runners):
+    """The labels of a self-hosted runner with a target's CPU, for a target whose images the
+    architecture's hosted runners cannot run (their checks start the image: the CPU guard refuses)."""
+
+    why: str = Field(min_length=1)  # what the hosted runners lack
+
+
 # What the final image reports about itself at run time, beyond what its build decided (scripts/probe.py):
 #   kleidiai: torch.backends.kleidiai.is_available() (Arm's KleidiAI micro-kernels in torch)
 #   nnpa:     libzdnn's zdnn_is_nnpa_installed() (the IBM Z on-chip AI accelerator on this machine)
@@ -157,6 +164,7 @@ class Target(Frozen):
     acl: ACLTuning | None = None
     zdnn: ZDNNTuning | None = None
     native: NativeMatch | None = None
+    runners: SelfHostedRunners | None = None  # None: the architecture's hosted runners run its images
     # CPU features (as /proc/cpuinfo names them) that code built with `flag` may use: the final
     # image refuses to start on a CPU that lacks one, instead of dying of SIGILL.
     cpu_features: tuple[str, ...] = ()

@@ -28,6 +28,7 @@ class Job:
     distribution: str
     runs_on: list[str]  # GitHub Actions runner labels
     gitlab_tags: list[str]  # GitLab runner tags
+    runner: str  # "hosted", or why the job needs a self-hosted runner with the target's CPU
     args: str  # the ./build.py arguments, one string
     tag: str  # the release tag the job produces
 
@@ -41,17 +42,22 @@ def jobs(
     torch_from: str | tuple[str, ...] = "source",
     release: str | None = None,
     now: datetime | None = None,
+    hosted: bool = False,
 ) -> list[Job]:
     """The allowed builds that match every given filter (arch, backend, target, distribution), for
     each way of getting torch asked for (source, wheel: one or several). A filter is one value or
     several (any of them); None or () lets everything through. With more than one torch source,
-    each job's name ends with its own ("... torch-wheel"), so that the names stay apart."""
+    each job's name ends with its own ("... torch-wheel"), so that the names stay apart. `hosted`:
+    only the jobs the architecture's hosted runners can run (no target `runners` of its own)."""
     given = {key: (value,) if isinstance(value, str) else tuple(value or ()) for key, value in filters.items()}
     _check_filters(catalog, given)
     sources = (torch_from,) if isinstance(torch_from, str) else tuple(dict.fromkeys(torch_from))
     found = [job for source in sources for job in _jobs_from(catalog, given, source, release, now, named=len(sources) > 1)]
+    if hosted:
+        found = [job for job in found if job.runner == "hosted"]
     if not found:
         said = " ".join(f"--{k.replace('target', 'build-target')} {v}" for k, values in given.items() for v in values)
+        said += " --hosted" if hosted else ""
         raise UsageProblem(f"no allowed build matches {said or 'the catalog'} (torch from {' or '.join(sources)})")
     return found
 
@@ -87,7 +93,7 @@ def _jobs_from(
         args = ["--backend", backend.name, "--build-target", target.name, "--distribution", distribution.name]
         if torch_from != "source":
             args += ["--torch-from", torch_from, "--torch-wheel", "index"]
-        arch = catalog.architectures[target.arch]
+        runners = target.runners or catalog.architectures[target.arch].runners
         found.append(
             Job(
                 name=f"{backend.name} {target.name} {distribution.name}" + (f" torch-{torch_from}" if named else ""),
@@ -95,8 +101,9 @@ def _jobs_from(
                 backend=backend.name,
                 target=target.name,
                 distribution=distribution.name,
-                runs_on=list(arch.runners.github),
-                gitlab_tags=list(arch.runners.gitlab),
+                runs_on=list(runners.github),
+                gitlab_tags=list(runners.gitlab),
+                runner=f"self-hosted: {target.runners.why}" if target.runners else "hosted",
                 args=" ".join(args),
                 tag=plan.release_tag,
             )

@@ -79,9 +79,10 @@ def refusal(
                 f"target {target.name} ({target.flag}) needs GCC {target.gcc} or newer, which no Debian release "
                 f"the toolkit builds on has yet (GCC: {has}): it is listed, not yet buildable; choose another target"
             )
+        able = " or ".join(f"--distribution {d.name} (GCC {d.gcc})" for d in distributions_for(catalog, target))
         return (
             f"target {target.name} ({target.flag}) needs GCC {target.gcc} or newer; "
-            f"{distribution.name} has GCC {distribution.gcc}: choose another --distribution or target"
+            f"{distribution.name} has GCC {distribution.gcc}: build it with {able}, or choose another target"
         )
     for name, method in methods.items():
         component = catalog.components[name]
