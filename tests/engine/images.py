@@ -365,6 +365,9 @@ class Scheduler:
         with self.changed:
             self.stopped = True
             self.changed.notify_all()
+            for build in self.table.values():
+                if build.began is not None and build.ended is None and build.done():
+                    build.ended = time.monotonic()
         for build in self.table.values():
             build.stop()
 
