@@ -75,10 +75,15 @@ def _remove_roots_of_killed_sessions() -> None:
                 continue  # its session runs
         except (OSError, ValueError, IndexError):
             pass  # no such process: gone
-        mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
-        for mount in sorted((m for m in mounts if m.startswith(f"{root}/")), reverse=True):
+        for mount in sorted(_mounts_under(root), reverse=True):
             subprocess.run(["umount", "--lazy", mount], capture_output=True)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _mounts_under(root: Path) -> set[str]:
+    """The mount points below `root`, as this process's mount table lists them."""
+    mounts = {line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()}
+    return {m for m in mounts if m.startswith(f"{root}/")}
 
 
 def finish() -> None:
@@ -146,8 +151,7 @@ def leftovers() -> dict[str, list[str]]:
     if root is not None:
         kept = {p for p in root.iterdir() if not p.name.startswith("pytest-of-") and p.name != OWNER_FILE} if root.is_dir() else set()
         found["temporary files"] = {str(p) for p in kept}
-        mounts = {line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()}
-        found["mounts"] = {m for m in mounts if m.startswith(f"{root}/")} - ENGINE_OWN_MOUNTS
+        found["mounts"] = _mounts_under(root) - ENGINE_OWN_MOUNTS
     prefixes = tuple(who.replace("/", "+") + "+" for who in owners)
     found["build contexts"] = {str(p) for p in (state_dir() / "contexts").glob("*") if p.name.startswith(prefixes)}
     try:

@@ -119,7 +119,7 @@ PRODUCTS = {
 
 @pytest.mark.parametrize(("name", "core"), sorted(PRODUCTS.items()))
 def test_a_product_name_plans_its_core_and_says_so(plan_for, catalog, name, core):
-    target = next(t for t in catalog.targets if name in t.aliases)
+    target = catalog.find_target(name, *catalog.arches_of_target(name))
     plan = plan_for(arch=target.arch, build_target=name, methods={"torch": "wheel"}, torch_wheel="index")
     assert plan.target.name == core and plan.target.flag == target.flag
     assert f"{name} is an alias of {core}" in plan.target_note
@@ -129,9 +129,9 @@ def test_a_product_name_plans_its_core_and_says_so(plan_for, catalog, name, core
 def test_the_bf16_kernels_are_built_for_each_new_core(catalog):
     """OpenBLAS's bf16 GEMM (sbgemm_), which torch takes for bf16 matmuls: on each aarch64 core as
     PyTorch's builds do, on Intel's AMX cores from the SAPPHIRERAPIDS kernels."""
-    for name in ("neoverse-v3", "neoverse-n3", "ampere1a", "ampere1b", "sapphirerapids", "graniterapids"):
-        target = next(t for t in catalog.targets if t.name == name)
-        assert target.openblas.bf16, name
+    cores = {"neoverse-v3": "aarch64", "neoverse-n3": "aarch64", "ampere1a": "aarch64", "ampere1b": "aarch64"}
+    for name, arch in {**cores, "sapphirerapids": "x86_64", "graniterapids": "x86_64"}.items():
+        assert catalog.find_target(name, arch).openblas.bf16, name
 
 
 def _changed(sample: str, *swaps: tuple[str, str]) -> str:
@@ -169,5 +169,5 @@ def test_an_amd_avx512_cpu_cannot_run_an_intel_amx_image(catalog):
     """The CPU guard of a sapphirerapids or graniterapids image refuses Zen 4 (no AMX, no AVX-512 FP16)."""
     have = cpu_features((SAMPLES / "x86-avx512-amd.txt").read_text())
     for name in ("sapphirerapids", "graniterapids"):
-        lacking = set(next(t for t in catalog.targets if t.name == name).cpu_features) - have
+        lacking = set(catalog.find_target(name, "x86_64").cpu_features) - have
         assert {"amx_tile", "amx_bf16", "amx_int8", "avx512_fp16"} <= lacking, (name, lacking)
