@@ -25,6 +25,7 @@ import pytest
 from docker.models.containers import ContainerCollection
 
 from tests import session
+from tests.cpu_use import CpuUse
 from tests.engine.hosts import COSIGN_KEYS, CURRENT_ENGINES, PODMAN, PODMAN5_IMAGE, REBUILD_ENGINES, REGISTRY, SECOND_ENGINE
 from tests.engine.images import APP_RELEASE, BUILDKIT_TAG, IMAGES, README_WHEEL, ZENDNN_WHEELS, copy_of_checkout, x86_wheelhouse
 from torchstack.base import sharing
@@ -99,6 +100,7 @@ def untag(client, fragment: str) -> None:
                     client.images.remove(name)
 
 
+CPU_USE = CpuUse()  # the session's CPU use by program, in the terminal's summary
 _MANIFEST_TYPES = "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"
 
 
@@ -179,21 +181,29 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 def pytest_collection_finish(session):
-    """Every image the collected tests ask for, started in the background from here on."""
+    """Every image the collected tests ask for, started in the background from here on, and the
+    session's CPU use watched (tests/cpu_use.py) where it builds any."""
     if not session.config.option.collectonly:
         IMAGES.want({name for item in session.items for name in _images_of(item)})
+        if IMAGES.wanted:
+            CPU_USE.start()
 
 
 def pytest_terminal_summary(terminalreporter):
-    """The background builds' timeline: the session's critical path, read from one run."""
-    lines = IMAGES.timeline()
-    if lines:
-        terminalreporter.section("background builds (minutes from collection)")
-        for line in lines:
-            terminalreporter.write_line(line)
+    """The background builds' timeline and the CPU each program used: the session's critical path
+    and where a CPU-bound host's time went, read from one run."""
+    for title, lines in (
+        ("background builds (minutes from collection)", IMAGES.timeline()),
+        ("CPU use by program (CPU-minutes, from collection)", CPU_USE.report()),
+    ):
+        if lines:
+            terminalreporter.section(title)
+            for line in lines:
+                terminalreporter.write_line(line)
 
 
 def pytest_sessionfinish(session):
+    CPU_USE.stop()
     IMAGES.stop()
     # The tags of the session's own builds (none where no engine test ran: no engine needed then).
     started = {name for name, build in IMAGES.table.items() if build.started()}
