@@ -1,8 +1,10 @@
 """Shared test fixtures: the catalog, a plan maker with a fixed clock; and, at the end of every test
-run, a check that the session left nothing of its own on the host (tests/session.py)."""
+run, a check that the session left nothing of its own on the host (tests/session.py); after each test,
+that it left the session's signal handlers as it found them."""
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -29,6 +31,19 @@ def plan_for(catalog):
         return make_plan(catalog, Request(**{"now": NOW, "memory_gib": 64.0, **fields}))
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_kept():
+    """A test that changes the process's Ctrl-C or SIGTERM handler (the toolkit's own, installed in
+    process) puts the session's back: the engine tests' SIGTERM handler is how a CI job's cancel
+    tears the session down, its engines and builds with it."""
+    before = {sent: signal.getsignal(sent) for sent in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    changed = [sent.name for sent, handler in before.items() if signal.getsignal(sent) is not handler]
+    for sent in before:
+        signal.signal(sent, before[sent])
+    assert not changed, f"the test left the session's {' and '.join(changed)} handler changed"
 
 
 PLUGIN_SOURCES = Path(__file__).parent / "plugins"

@@ -119,6 +119,9 @@ def test_a_lock_whose_holder_was_killed_is_free(tmp_path):
 
 
 def test_sigterm_unwinds_like_ctrl_c_and_says_143():
+    # The session's own handlers are put back after: the engine tests' SIGTERM handler (a CI job's
+    # cancel tears the session down) was lost for the rest of the run when this reset it to the default.
+    before = {sent: signal.getsignal(sent) for sent in (signal.SIGINT, signal.SIGTERM)}
     sharing.handle_signals()
     cleaned = []
     try:
@@ -129,7 +132,8 @@ def test_sigterm_unwinds_like_ctrl_c_and_says_143():
             finally:
                 cleaned.append(True)
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for sent, handler in before.items():
+            signal.signal(sent, handler)
     assert cleaned == [True]
     assert sharing.exit_code(raised.value) == 143 and sharing.exit_code(KeyboardInterrupt()) == 130
 
