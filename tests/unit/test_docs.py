@@ -367,3 +367,56 @@ def test_an_option_said_to_repeat_repeats():
 def test_an_option_said_to_repeat_that_does_not_is_found():
     said = {"page.md": "The matrix takes `--format` filters, which may repeat."}
     assert repeat_problems(said) == ["page.md: --format is said to repeat and does not"]
+
+
+def defaults_named_in(text: str) -> list[tuple[str, set[str], set[str]]]:
+    """(option, environment variables, values) of each "`--option VALUE` (default `$VAR`, else `x`)"
+    a page writes in its prose or tables: the default it names for that option."""
+    found = []
+    for option, said in re.findall(r"`(--[a-z][a-z0-9-]*)[^`]*`\s*\(default ([^)]*)\)", text):
+        named = re.findall(r"`([^`]+)`", said)
+        found.append((option, {n[1:] for n in named if n.startswith("$")}, {n for n in named if not n.startswith("$")}))
+    return found
+
+
+def default_problems(text: str) -> list[str]:
+    """Each default a page names that the CLI's option does not have: another environment variable,
+    another value."""
+    cli, every = _cli(), {}
+    for command in [cli, *cli.commands.values()]:  # a build's own option first (verify's --ca-bundle reads no variable)
+        for param in command.params:
+            for opt in param.opts:
+                every.setdefault(opt, param)
+    problems = []
+    for option, envvars, values in defaults_named_in(text):
+        param = every.get(option)
+        if param is None:
+            problems.append(f"{option}: no such option")
+            continue
+        wanted = {param.envvar} if isinstance(param.envvar, str) else set(param.envvar or ())
+        if envvars and envvars != wanted:
+            said = ", $".join(sorted(envvars))
+            problems.append(f"{option}: the page says it defaults to ${said}; the CLI reads {sorted(wanted) or 'none'}")
+        if values and str(param.default) not in values:
+            problems.append(f"{option}: the page says its default is {', '.join(sorted(values))}; the CLI's is {param.default}")
+    return problems
+
+
+def test_every_default_a_page_names_for_an_option_is_the_clis():
+    """The toolkit's pages (benchmarks/README.md names its scripts' own options)."""
+    pages = [page for page in PAGES if page.parent.name != "benchmarks"]
+    assert sum(len(defaults_named_in(prose(page.read_text()))) for page in pages) >= 3, "the pages' defaults were not found"
+    problems = [f"{page.name}: {problem}" for page in pages for problem in default_problems(prose(page.read_text()))]
+    assert not problems, problems
+
+
+@pytest.mark.parametrize(
+    ("written", "found"),
+    [
+        ("`--engine auto|docker|podman` (default `$DOCKER_ENGINE`, else `auto`)", "the CLI reads ['TORCHSTACK_ENGINE']"),
+        ("`--engine auto|docker|podman` (default `$TORCHSTACK_ENGINE`, else `docker`)", "the CLI's is auto"),
+        ("`--pip-index-url URL` (default `$PIP_EXTRA_INDEX_URL`)", "the CLI reads ['PIP_INDEX_URL']"),
+    ],
+)
+def test_a_default_a_page_names_wrongly_is_found(written, found):
+    assert any(found in problem for problem in default_problems(written)), default_problems(written)
