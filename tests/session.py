@@ -161,8 +161,11 @@ def leftovers() -> dict[str, list[str]]:
         return {kind: sorted(items) for kind, items in found.items() if items}
     found["containers"] = {
         f"{c.short_id} {c.name} ({' '.join(c.attrs['Config']['Cmd'] or [])[:60]})"
-        for c in client.containers.list(all=True, filters={"label": sharing.LABEL})
+        for c in client.containers.list(all=True, filters={"label": sharing.LABEL}, ignore_removed=True)
         if c.labels.get(sharing.LABEL) in owners
     }
-    found["image names"] = {t for image in client.images.list() for t in image.tags if any(token in t for token in tokens)}
+    # The engine's listing as it answers it: the SDK's images.list() asks for each image again, and fails
+    # on one that another session (a build beside this one) removed in between.
+    listed = client.api.images()
+    found["image names"] = {t for image in listed for t in image.get("RepoTags") or () if any(token in t for token in tokens)}
     return {kind: sorted(items) for kind, items in found.items() if items}
