@@ -125,9 +125,13 @@ def test_a_check_run_killed_outright_leaves_containers_that_the_next_check_run_r
     if not leftovers_of(client, owner) and len(session.owners()) > runs_before:
         pytest.skip("another run of the session (images.py builds beside the tests) started and removed them first")
     assert leftovers_of(client, owner), "a SIGKILLed check run left nothing: the test proves nothing"
+    runs_before = len(session.owners())
     again = run_build_py("test", image, "-k", "no_build_tools")
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
-    assert "torchstack: removed what ended runs left behind: " in again.stderr and owner in again.stderr, again.stderr
+    removed = "torchstack: removed what ended runs left behind: " in again.stderr and owner in again.stderr
+    if not removed and len(session.owners()) > runs_before + 1:  # a run besides `again` started meanwhile
+        pytest.skip("another run of the session (images.py builds beside the tests) started and removed them first")
+    assert removed, again.stderr
     assert not leftovers_of(client, owner)
 
 
