@@ -111,6 +111,9 @@ def test_a_run_stopped_during_its_checks_leaves_no_container_no_tag_no_context_a
         assert "torchstack: removed what ended runs left behind: " in again.stderr, again.stderr[-2000:]
 
 
+REMOVED_BY_ANOTHER_RUN = "another run of the session (images.py builds beside the tests) started and removed them first"
+
+
 def test_a_check_run_killed_outright_leaves_containers_that_the_next_check_run_removes(client, x86_build):
     """`./build.py test` SIGKILLed (a CI runner's last word, or a benchmark's timeout) cannot clean
     up: the next run on the host, a check run as well as a build, removes what it left."""
@@ -123,14 +126,14 @@ def test_a_check_run_killed_outright_leaves_containers_that_the_next_check_run_r
     killed.communicate(timeout=60)
     time.sleep(2)  # its pytest ends with it (sharing.die_with_parent), leaving its containers
     if not leftovers_of(client, owner) and len(session.owners()) > runs_before:
-        pytest.skip("another run of the session (images.py builds beside the tests) started and removed them first")
+        pytest.skip(REMOVED_BY_ANOTHER_RUN)
     assert leftovers_of(client, owner), "a SIGKILLed check run left nothing: the test proves nothing"
     runs_before = len(session.owners())
     again = run_build_py("test", image, "-k", "no_build_tools")
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
     removed = "torchstack: removed what ended runs left behind: " in again.stderr and owner in again.stderr
     if not removed and len(session.owners()) > runs_before + 1:  # a run besides `again` started meanwhile
-        pytest.skip("another run of the session (images.py builds beside the tests) started and removed them first")
+        pytest.skip(REMOVED_BY_ANOTHER_RUN)
     assert removed, again.stderr
     assert not leftovers_of(client, owner)
 

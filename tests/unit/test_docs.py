@@ -15,6 +15,7 @@ output would otherwise depend on the host: pages say which host an example is fo
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
@@ -379,17 +380,24 @@ def defaults_named_in(text: str) -> list[tuple[str, set[str], set[str]]]:
     return found
 
 
-def default_problems(text: str) -> list[str]:
-    """Each default a page names that the CLI's option does not have: another environment variable,
-    another value."""
+@functools.cache
+def _options_build_first() -> dict[str, click.Parameter]:
+    """Every option of the CLI by name, a build's own where a command has one of the same name
+    (verify's --ca-bundle reads no variable; a build's reads $PIP_CERT)."""
     cli, every = _cli(), {}
-    for command in [cli, *cli.commands.values()]:  # a build's own option first (verify's --ca-bundle reads no variable)
+    for command in [cli, *cli.commands.values()]:
         for param in command.params:
             for opt in param.opts:
                 every.setdefault(opt, param)
+    return every
+
+
+def default_problems(text: str) -> list[str]:
+    """Each default a page names that the CLI's option does not have: another environment variable,
+    another value."""
     problems = []
     for option, envvars, values in defaults_named_in(text):
-        param = every.get(option)
+        param = _options_build_first().get(option)
         if param is None:
             problems.append(f"{option}: no such option")
             continue
