@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.run import README_ARGS, cpu_model, throwaway_images, toolkit  # noqa: E402
 from tests.local_archive import LocalArchive, debian_suites, published_deb, rebuilt  # noqa: E402
-from torchstack.build import archive  # noqa: E402
 from torchstack.engines.connection import choose, connect  # noqa: E402
+from torchstack.making import archive  # noqa: E402
 
 GOAL = 0.3
 PACKAGE = "tzdata"
@@ -53,7 +53,7 @@ def main() -> None:
     started = time.monotonic()
     _, built = toolkit(*README_ARGS, "--torch-wheel", args.wheelhouse)  # the host's earlier build (or made now)
     client, _ = connect(choose("auto"))
-    info = json.loads(client.images.get(built["final_image"]).labels["io.torchstack.build-info"])
+    info = json.loads(client.images.get(built["final_image"]).labels["io.torchstack.making-info"])
     name, arch = info["distribution"], client.images.get(built["final_image"]).attrs["Architecture"]
     have = archive.installed(client, built["image_id"])[PACKAGE]
     tag = f"bench-refresh-{uuid.uuid4().hex[:10]}"

@@ -1,3 +1,5 @@
 """torchstack: build optimized PyTorch container images in stages."""
 
-__version__ = "0.1.0"
+from torchstack.base.version import VERSION as __version__
+
+__all__ = ["__version__"]

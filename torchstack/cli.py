@@ -11,14 +11,15 @@ import click
 import docker.errors
 from click.core import ParameterSource
 
-from torchstack import __version__, image_commands
+from torchstack import image_commands
 from torchstack.base import sharing
 from torchstack.base.errors import DataError, ToolkitError, UsageProblem
 from torchstack.base.sharing import Terminated
+from torchstack.base.version import VERSION as __version__
 from torchstack.catalog.model import COMMAND, Catalog, load_catalog
 from torchstack.engines.connection import choose, connect, why_not_reproducible
 from torchstack.reports.reports import backend_details, format_plan
-from torchstack.request.options import archive_options, build_options, engine_option, plan_options, request_from, writable_folder
+from torchstack.request.command_options import archive_options, build_options, engine_option, plan_options, request_from, writable_folder
 from torchstack.request.plan import Request
 from torchstack.request.planner import make_plan
 
@@ -146,8 +147,8 @@ def _render_command(catalog: Catalog) -> click.Command:
     @plan_options(catalog)
     def render_command(output: Path, **options) -> None:
         """Write each stage's Dockerfile and build context to a folder."""
-        from torchstack.build.render import assemble_context
-        from torchstack.build.sources import cached_sources
+        from torchstack.making.render import assemble_context
+        from torchstack.making.sources import cached_sources
 
         plan = make_plan(catalog, request_from(options))
         writable_folder(output, "--output", output)
@@ -235,7 +236,7 @@ def _fetch_command(catalog: Catalog) -> click.Command:
     @plan_options(catalog)
     def fetch_command(source_mirror: str | None, mirror_dir: Path | None, **options) -> None:
         """Download and verify the plan's pinned sources into the cache (and a mirror folder)."""
-        from torchstack.build.sources import fetch_plan_sources
+        from torchstack.making.sources import fetch_plan_sources
 
         plan = make_plan(catalog, request_from(options))
         for name, path in fetch_plan_sources(plan, source_mirror, mirror_dir).items():
@@ -253,8 +254,8 @@ def _bootstrap_command(catalog: Catalog) -> click.Command:
     @engine_option
     def bootstrap_command(arch: str | None, distribution: str, force: bool, engine: str, **archive) -> None:
         """Create the Debian base image from the Debian archive with mmdebstrap (no registry needed)."""
-        from torchstack.build import archive as apt
-        from torchstack.build import bootstrap
+        from torchstack.making import archive as apt
+        from torchstack.making import bootstrap
         from torchstack.request import prerequisites
 
         plan = make_plan(

@@ -15,8 +15,8 @@ from torchstack.catalog.model import Catalog
 from torchstack.engines.connection import ENGINES, choose, connect
 from torchstack.reports.reports import format_inspection
 from torchstack.request import tags
-from torchstack.request.options import engine_option, writable_folder
-from torchstack.request.run_options import SIGNATURE_FORMATS
+from torchstack.request.command_options import engine_option, writable_folder
+from torchstack.request.run_settings import SIGNATURE_FORMATS
 
 
 def manifest_command(catalog: Catalog) -> click.Command:
@@ -86,7 +86,7 @@ def inspect_command(catalog: Catalog) -> click.Command:
     def inspect_command(image: str, as_json: bool, engine: str) -> None:
         """What IMAGE says about itself: its build manifest and SBOM summary, from the image alone."""
 
-        from torchstack.build import sbom
+        from torchstack.making import sbom
 
         client, chosen = connect(choose(engine))
         try:
@@ -130,7 +130,7 @@ def test_command(catalog: Catalog) -> click.Command:
     ) -> None:
         """Check what is inside IMAGE: any image, ours or not. Then ask the -security suites its apt
         sources name whether an installed package has a fix pending there."""
-        from torchstack.build import archive
+        from torchstack.making import archive
         from torchstack.verify import checks
 
         client, chosen = connect(choose(engine))

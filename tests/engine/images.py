@@ -47,9 +47,9 @@ from tests.engine.hosts import (
     podman_engine,
 )
 from torchstack.base.state import cache_dir
-from torchstack.build import archive
 from torchstack.catalog.model import ROOT, load_catalog
 from torchstack.catalog.wheels import download_from_index
+from torchstack.making import archive
 from torchstack.request.plan import Request, Suite
 from torchstack.request.planner import make_plan
 

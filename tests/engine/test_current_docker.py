@@ -11,7 +11,7 @@ import pytest
 
 from tests.engine.hosts import CURRENT_ENGINES
 from tests.engine.images import IMAGES, ccache_counts
-from torchstack.build.sbom import BUILD_INFO_LABEL
+from torchstack.making.sbom import BUILD_INFO_LABEL
 
 pytestmark = pytest.mark.engine
 

@@ -17,7 +17,7 @@ import pytest
 from tests.engine.conftest import listed_architectures, untag
 from tests.engine.hosts import free_port, running_registry
 from tests.engine.images import X86_ARGS, checks_passed, run_build_py
-from torchstack.publishing import publish
+from torchstack.publishing import pushing
 
 pytestmark = pytest.mark.engine
 
@@ -204,13 +204,13 @@ def test_a_podman_push_the_registry_holds_as_another_image_is_refused_with_what_
         json.dumps(json.loads(built)).encode() + b"\n",
     )
     said: list[str] = []
-    publish._as_checked(f"{registry}/as-built/torchstack@{as_built}", image_id, said.append)
+    pushing._as_checked(f"{registry}/as-built/torchstack@{as_built}", image_id, said.append)
     assert said == []
-    with pytest.raises(publish.PushFailed) as refused:
-        publish._as_checked(f"{registry}/rewritten/torchstack@{rewritten}", image_id, said.append)
+    with pytest.raises(pushing.PushFailed) as refused:
+        pushing._as_checked(f"{registry}/rewritten/torchstack@{rewritten}", image_id, said.append)
     line = str(refused.value)
     assert "\n" not in line and f"is not the checked image {image_id}" in line, line
     assert "application/vnd.oci.image.layer.v1.tar+zstd layers" in line and "blob-info-cache-v1.boltdb" in line, line
     nowhere = f"127.0.0.1:{free_port()}/as-built/torchstack@{as_built}"
-    publish._as_checked(nowhere, image_id, said.append)
+    pushing._as_checked(nowhere, image_id, said.append)
     assert len(said) == 1 and said[0].startswith(f"torchstack: {nowhere} could not be read back"), said

@@ -17,8 +17,8 @@ import pytest
 from tests.engine.hosts import CURRENT_ENGINES, REBUILD_ENGINES, REGISTRY
 from tests.engine.images import IMAGES, REPRODUCED, X86_ARGS, run_build_py, x86_wheelhouse
 from tests.local_archive import LocalArchive, SnapshotArchive
-from torchstack.build import archive
-from torchstack.publishing import publish
+from torchstack.making import archive
+from torchstack.publishing import pushing
 from torchstack.request.metadata import toolkit_revision
 from torchstack.verify import rebuild
 
@@ -98,7 +98,7 @@ def test_the_release_pushed_from_each_engine_has_one_digest_its_image_id(built_o
     digests = set()
     for engine, name in ((CURRENT_ENGINES["containerd"], "built"), (REBUILD_ENGINES["containerd"], "moved")):
         client = docker.DockerClient(base_url=engine.get())
-        digests.add(publish.push(client, image, f"{registry}/containerd-store/readme:{name}", lambda line: None).digest)
+        digests.add(pushing.push(client, image, f"{registry}/containerd-store/readme:{name}", lambda line: None).digest)
     assert digests == {built_on_current["image_id"]}, digests
 
 

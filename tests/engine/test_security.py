@@ -12,7 +12,7 @@ import pytest
 
 from tests.engine.images import X86_ARGS, run_build_py, x86_wheelhouse
 from tests.local_archive import LocalArchive, debian_suites, published_deb, rebuilt
-from torchstack.build import archive
+from torchstack.making import archive
 
 pytestmark = pytest.mark.engine
 
@@ -28,7 +28,7 @@ def test_a_fix_published_after_a_build_reaches_the_next_without_compiling_and_on
     client, x86_build, unique_tag, tmp_path
 ):
     have = archive.installed(client, x86_build["image_id"])[PACKAGE]
-    debian = json.loads(client.images.get(x86_build["image_id"]).labels["io.torchstack.build-info"])["distribution"]
+    debian = json.loads(client.images.get(x86_build["image_id"]).labels["io.torchstack.making-info"])["distribution"]
     security = f"{debian}-security"
     original = published_deb(PACKAGE, have, tmp_path, debian_suites(debian), "amd64")
     release = f"torchstack:{unique_tag}"

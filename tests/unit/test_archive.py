@@ -6,7 +6,7 @@ import pytest
 
 from tests.local_archive import LocalArchive
 from torchstack.base.errors import UsageProblem
-from torchstack.build import archive
+from torchstack.making import archive
 from torchstack.request.plan import AptSources, Suite
 
 PACKAGES = """Package: libssl3

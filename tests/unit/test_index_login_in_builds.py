@@ -16,8 +16,6 @@ from click.testing import CliRunner
 
 from torchstack.base.errors import UsageProblem
 from torchstack.base.reproducible import STEP_ENVIRONMENT
-from torchstack.build import building
-from torchstack.build.render import BuildSecrets, assemble_context, render_dockerfile
 from torchstack.catalog.wheels import pip_conf_text
 from torchstack.cli import make_cli
 from torchstack.engines import oci_build
@@ -25,8 +23,10 @@ from torchstack.engines.buildjob import BuildahSettings, BuildJob, BuildProgress
 from torchstack.engines.docker_engine import DockerEngine
 from torchstack.engines.engine import Builder, BuildRun
 from torchstack.engines.podman_engine import PodmanEngine
+from torchstack.making import building
+from torchstack.making.render import BuildSecrets, assemble_context, render_dockerfile
 from torchstack.reports.progress import StageReport
-from torchstack.request.run_options import RunOptions
+from torchstack.request.run_settings import RunOptions
 from torchstack.run import pipeline
 from torchstack.run.settle import Settled
 

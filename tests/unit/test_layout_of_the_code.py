@@ -54,6 +54,20 @@ def test_every_module_imports_only_modules_below_it_in_the_layout():
     assert not {m: d for m, d in upward.items() if d}, upward
 
 
+def test_no_subpackage_imports_the_package_root():
+    """`from torchstack import __version__` in a folder runs the package's face first: a way upward the
+    import order above cannot see (it names no module). Only the package's top may import it."""
+    found = []
+    for path in MODULES:
+        if path.parent == PACKAGE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            root_from = isinstance(node, ast.ImportFrom) and node.module == "torchstack"
+            if root_from or isinstance(node, ast.Import) and any(a.name == "torchstack" for a in node.names):
+                found.append(f"{name_of(path)}:{node.lineno}")
+    assert not found, found
+
+
 def test_each_folder_says_what_it_holds_and_what_it_may_import():
     """Its docstring names the folders it may import: those below it on the page, and no other."""
     folders = list(dict.fromkeys(m.split("/")[0] for m in layout_order() if "/" in m))
@@ -88,9 +102,9 @@ def test_no_module_over_400_lines_and_no_function_over_60():
 
 def test_the_pipeline_refuses_nothing_the_settling_step_could():
     """A build's options are refused before any work, in the settling step (settle.py, with the
-    request's own checks in options.py): the pipeline and the stages' building raise no usage error,
+    request's own checks in command_options.py): the pipeline and the stages' building raise no usage error,
     and make no plan of their own."""
-    for module in ("run/pipeline.py", "build/building.py"):
+    for module in ("run/pipeline.py", "making/building.py"):
         text = (PACKAGE / module).read_text()
         assert "UsageProblem" not in text and "make_plan" not in text, module
 

@@ -104,9 +104,9 @@ def test_soci_keeps_its_artifacts_in_a_folder_of_the_build_not_the_hosts(tmp_pat
 def test_an_index_that_fails_after_the_release_is_pushed_says_the_release_is_out_without_it(monkeypatch, tmp_path):
     """soci runs once the release is in the registry (it reads the image from there): when it
     fails, the one line says what is published and what the same command again does."""
-    from torchstack.publishing import sending
+    from torchstack.publishing import releases
     from torchstack.reports.build_report import Published
-    from torchstack.request.run_options import RunOptions
+    from torchstack.request.run_settings import RunOptions
 
     monkeypatch.setenv("REGISTRY_AUTH_FILE", str(tmp_path / "none.json"))
 
@@ -119,7 +119,7 @@ def test_an_index_that_fails_after_the_release_is_pushed_says_the_release_is_out
     host = f"127.0.0.1:{server.server_address[1]}"
     try:
         with pytest.raises(lazy.IndexFailed) as failed:
-            sending.lazy_index(RunOptions(lazy="soci"), f"{host}/ml/torchstack:r26.11", IMAGE, print, Published())
+            releases.lazy_index(RunOptions(lazy="soci"), f"{host}/ml/torchstack:r26.11", IMAGE, print, Published())
     finally:
         server.shutdown()
     assert str(failed.value) == (

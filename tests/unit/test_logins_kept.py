@@ -22,13 +22,13 @@ from click.testing import CliRunner
 from tests.loopback import Served, serving
 from torchstack.base import redact
 from torchstack.base.errors import ToolkitError, UsageProblem
-from torchstack.build import archive, sources
-from torchstack.build.render import BuildSecrets, assemble_context
 from torchstack.catalog import torch_choice
 from torchstack.catalog.component import Source
 from torchstack.catalog.model import ROOT
 from torchstack.catalog.wheels import pip_index_env
 from torchstack.cli import make_cli
+from torchstack.making import archive, sources
+from torchstack.making.render import BuildSecrets, assemble_context
 from torchstack.request.plan import AptSources, Suite
 
 SECRET = "s3cret"

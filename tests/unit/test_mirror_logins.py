@@ -13,9 +13,9 @@ from click.testing import CliRunner
 
 from tests.loopback import Served, serving
 from torchstack.base.errors import UsageProblem
-from torchstack.build import sources
 from torchstack.catalog.component import Source
 from torchstack.cli import make_cli
+from torchstack.making import sources
 from torchstack.reports.build_report import Published, ReleaseOutcome, say_first, summary
 from torchstack.reports.reports import format_plan
 

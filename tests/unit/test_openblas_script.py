@@ -6,7 +6,7 @@ import stat
 import subprocess
 import tarfile
 
-from torchstack.build.render import SCRIPTS
+from torchstack.making.render import SCRIPTS
 
 
 def test_each_goal_is_its_own_make_and_getarch_keeps_to_the_job_count(tmp_path):

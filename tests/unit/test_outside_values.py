@@ -15,11 +15,11 @@ from click.testing import CliRunner
 from tests.unit.test_plugins import run_cli
 from torchstack.base.errors import UsageProblem
 from torchstack.base.references import check_reference
-from torchstack.build.sbom import BUILD_INFO_LABEL
 from torchstack.catalog.model import ROOT
 from torchstack.catalog.plugins import PluginSpec, read_wheel
 from torchstack.cli import make_cli
 from torchstack.engines.oci_build import _quoted, oci_dockerfile
+from torchstack.making.sbom import BUILD_INFO_LABEL
 from torchstack.verify import rebuild
 
 INJECTED = "RUN id > /tmp/pwned"

@@ -4,7 +4,7 @@ that does not apply stops with its name."""
 import subprocess
 import tarfile
 
-from torchstack.build.render import SCRIPTS
+from torchstack.making.render import SCRIPTS
 
 GOOD = """Why: a test patch. Upstream: none.
 --- a/hello.txt

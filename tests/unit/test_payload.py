@@ -11,8 +11,8 @@ import pytest
 from tests.conftest import NOW
 from torchstack.base.errors import DataError
 from torchstack.base.layout import LD_SO_CONF, PAYLOAD_DIR
-from torchstack.build.render import render_dockerfile
 from torchstack.catalog.model import DATA, load_catalog
+from torchstack.making.render import render_dockerfile
 from torchstack.request.plan import Request
 from torchstack.request.planner import make_plan
 from torchstack.request.selection import combinations

@@ -9,9 +9,9 @@ import zipfile
 import pytest
 
 from torchstack.base.errors import UsageProblem
-from torchstack.build.render import assemble_context, banner
 from torchstack.catalog.model import ROOT
 from torchstack.catalog.plugins import read_wheel
+from torchstack.making.render import assemble_context, banner
 from torchstack.request.metadata import build_info
 
 

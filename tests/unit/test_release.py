@@ -1,7 +1,7 @@
 """The release image's records say what it holds: each component's version as dpkg or the venv
 reads it, never a pin the image does not use (Debian's OpenBLAS is Debian's version)."""
 
-from torchstack.build.release import confirmed
+from torchstack.making.release import confirmed
 from torchstack.request.metadata import build_info
 
 FOUND = {

@@ -14,9 +14,9 @@ from dockerfile_parse import DockerfileParser
 from tests.conftest import dev_tool
 from torchstack.base.errors import UsageProblem
 from torchstack.base.reproducible import STEP_ENVIRONMENT
-from torchstack.build.render import NO_SECRETS, SCRIPTS, BuildSecrets, assemble_context, render_dockerfile
 from torchstack.catalog.model import ROOT
 from torchstack.engines.oci_build import oci_dockerfile
+from torchstack.making.render import NO_SECRETS, SCRIPTS, BuildSecrets, assemble_context, render_dockerfile
 
 # Rules we do not follow, each with its reason: .hadolint.yaml, which hadolint itself reads too.
 HADOLINT_IGNORED = yaml.safe_load((ROOT / ".hadolint.yaml").read_text())["ignored"]
@@ -203,7 +203,7 @@ def test_the_final_image_starts_through_the_cpu_guard_with_the_runtime_defaults(
 
 
 def test_an_image_without_security_updates_says_so_in_its_banner_and_labels(plan_for):
-    from torchstack.build.render import banner
+    from torchstack.making.render import banner
     from torchstack.request.metadata import stage_labels
 
     bare = plan_for(backend="onednn", release="r26.11", security_updates=False)
@@ -215,7 +215,7 @@ def test_an_image_without_security_updates_says_so_in_its_banner_and_labels(plan
 
 
 def test_the_refresh_layer_keeps_the_suites_and_records_its_upgrades(plan_for, tmp_path):
-    from torchstack.build.render import refresh_context
+    from torchstack.making.render import refresh_context
 
     plan = plan_for(backend="onednn", release="r26.11")
     refresh_context(plan, "sha256:" + "0" * 64, ["libssl3=3.0.22-1~deb13u1"], tmp_path)
@@ -234,7 +234,7 @@ def test_the_refresh_layer_keeps_the_suites_and_records_its_upgrades(plan_for, t
 
 
 def test_a_snapshots_release_image_upgrades_from_the_snapshot_then_names_the_live_suites(plan_for, tmp_path):
-    from torchstack.build.render import refresh_context
+    from torchstack.making.render import refresh_context
 
     for builder, upgrades in itertools.product(("docker", "buildx"), ([], ["libssl3=3.0.22-1~deb13u1"])):
         plan = plan_for(backend="onednn", release="r26.11", debian_snapshot="2026-11-01", builder=builder)
@@ -286,7 +286,7 @@ def test_podman_gets_the_labels_word_for_word_in_order(plan_for):
     labels = {**stage_labels(plan, plan.stage("final")), "z.odd": 'a "quoted" $HOME \\ café', "a.first": "1"}
     text = oci_dockerfile(render_dockerfile(plan, plan.stage("final"), SECRETS), STEP_ENVIRONMENT, labels)
     last = text.rstrip("\n").rsplit("\n", 1)[1]
-    assert last.startswith('LABEL "a.first"="1" ') and last.index('"io.torchstack.build-info"') < last.index('"z.odd"')
+    assert last.startswith('LABEL "a.first"="1" ') and last.index('"io.torchstack.making-info"') < last.index('"z.odd"')
     # Escaped as Docker's and buildah's word parser reads a double-quoted word: \\, \" and \$ (Podman 4.3 gave
     # these labels back as they were given; dockerfile-parse does not unescape \\ and \$).
     assert last.endswith('"z.odd"="a \\"quoted\\" \\$HOME \\\\ café"')

@@ -15,12 +15,12 @@ from click.testing import CliRunner
 from tests.local_archive import LocalArchive
 from torchstack.base import reproducible
 from torchstack.base.errors import UsageProblem
-from torchstack.build import archive
-from torchstack.build.render import assemble_context, render_dockerfile
 from torchstack.cli import make_cli
 from torchstack.engines.buildjob import BuildJob, BuildKitSettings
 from torchstack.engines.buildkit import buildx_command, image_id_from
 from torchstack.engines.connection import engine_of
+from torchstack.making import archive
+from torchstack.making.render import assemble_context, render_dockerfile
 from torchstack.publishing import provenance
 from torchstack.request.metadata import build_info
 from torchstack.request.plan import Suite

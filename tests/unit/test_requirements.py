@@ -4,7 +4,7 @@ resolution itself needs a package index (pip's own): the engine test resolves an
 import pytest
 
 from torchstack.base.errors import UsageProblem
-from torchstack.build.render import assemble_context
+from torchstack.making.render import assemble_context
 from torchstack.request.metadata import build_info
 from torchstack.request.requirements import conflict, held, platforms
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from torchstack.request.run_options import RunOptions
+from torchstack.request.run_settings import RunOptions
 
 
 def test_made_from_clicks_options_it_keeps_its_own_and_leaves_the_requests():

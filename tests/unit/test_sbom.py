@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 
-from torchstack.build.sbom import document, summary
+from torchstack.making.sbom import document, summary
 from torchstack.request.metadata import build_info
 
 FOUND = {

@@ -141,8 +141,8 @@ def test_sigterm_unwinds_like_ctrl_c_and_says_143():
 def test_a_run_on_another_engine_does_not_wait_for_an_image_of_the_same_name(tmp_path, monkeypatch):
     """Each engine keeps its own images: the lock on a name is the engine's (its API socket), so a
     second dockerd's or Podman's build of the same request goes on; the same engine's waits."""
-    from torchstack.build import building
     from torchstack.engines import connection
+    from torchstack.making import building
 
     monkeypatch.setattr(building.state, "state_dir", lambda: tmp_path)
     docker_engine = connection.engine_of("docker", "unix:///var/run/docker.sock", "the default")

@@ -11,8 +11,8 @@ import yaml
 
 from tests.conftest import NOW
 from torchstack.base.errors import UsageProblem
-from torchstack.build.render import SCRIPTS
 from torchstack.catalog.model import ROOT, load_catalog
+from torchstack.making.render import SCRIPTS
 from torchstack.request.plan import Request
 from torchstack.request.planner import make_plan
 

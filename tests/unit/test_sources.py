@@ -6,8 +6,8 @@ import pytest
 
 from tests.loopback import serving
 from torchstack.base.errors import ChecksumMismatch, ToolkitError
-from torchstack.build.sources import fetch_source
 from torchstack.catalog.component import Source
+from torchstack.making.sources import fetch_source
 
 PAYLOAD = b"pretend this is OpenBLAS-0.3.33.tar.gz\n" * 5000
 

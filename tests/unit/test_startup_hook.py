@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from torchstack.base import layout
-from torchstack.build.render import SCRIPTS
+from torchstack.making.render import SCRIPTS
 
 SPEC = importlib.util.spec_from_file_location("torchstack_startup", SCRIPTS / "torchstack_startup.py")
 startup = importlib.util.module_from_spec(SPEC)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from torchstack.build.sources import sha256_of
+from torchstack.making.sources import sha256_of
 from torchstack.request.metadata import applied_patches, toolkit_revision
 from torchstack.request.plan import Plan
 

@@ -18,11 +18,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from torchstack.base.errors import ToolkitError, UsageProblem
-from torchstack.build.sbom import BUILD_INFO_LABEL
+from torchstack.making.sbom import BUILD_INFO_LABEL
 from torchstack.publishing import cosign, lazy, provenance
 from torchstack.registries import registry
 from torchstack.request.plan import Plan
-from torchstack.request.run_options import RunOptions
+from torchstack.request.run_settings import RunOptions
 
 # cosign's --type for each attestation, and the predicate type its statement then names.
 ATTESTATIONS = {"cyclonedx": "https://cyclonedx.org/bom", "slsaprovenance1": "https://slsa.dev/provenance/v1"}

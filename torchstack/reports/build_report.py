@@ -10,7 +10,7 @@ from torchstack.engines.engine import Engine
 from torchstack.reports.progress import BuildView
 from torchstack.request.metadata import torch_defects
 from torchstack.request.plan import RELEASE_STAGE, Plan
-from torchstack.request.run_options import RunOptions
+from torchstack.request.run_settings import RunOptions
 
 
 @dataclasses.dataclass
@@ -28,7 +28,7 @@ class ReleaseOutcome:
 class Published:
     """What a build's --push sent and --sign signed, as its summary records them."""
 
-    pushed: list = dataclasses.field(default_factory=list)  # publishing.publish.Pushed
+    pushed: list = dataclasses.field(default_factory=list)  # publishing.pushing.Pushed
     signed: list = dataclasses.field(default_factory=list)  # what signing.sign says it signed
     lazy: dict | None = None  # with --lazy: {"format", "image", "index"} of the pushed image's index
 

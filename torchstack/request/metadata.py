@@ -8,8 +8,8 @@ import json
 import subprocess
 from datetime import datetime, timezone
 
-from torchstack import __version__
 from torchstack.base.layout import VENV
+from torchstack.base.version import VERSION as __version__
 from torchstack.catalog.model import CHECKOUT, PACKAGE, PATCHES, SCRIPTS, TEMPLATES, Catalog
 from torchstack.catalog.wheels import complex_dot_defect
 from torchstack.request import tags
@@ -173,7 +173,7 @@ def stage_labels(plan: Plan, stage: StagePlan) -> dict[str, str]:
             + (f" ({info['target']})" if "target" in info else ""),
             "io.torchstack.arch": plan.arch.name,
             "io.torchstack.stage": stage.name,
-            "io.torchstack.build-info": json.dumps(info, sort_keys=True),
+            "io.torchstack.making-info": json.dumps(info, sort_keys=True),
         }
     info = build_info(plan)
     return {
@@ -193,7 +193,7 @@ def stage_labels(plan: Plan, stage: StagePlan) -> dict[str, str]:
         "io.torchstack.security-updates": "yes: " + " ".join(s.name for s in plan.apt.suites[1:])
         if plan.apt.updates
         else "no (--no-security-updates)",
-        "io.torchstack.build-info": json.dumps(info, sort_keys=True),
+        "io.torchstack.making-info": json.dumps(info, sort_keys=True),
     }
 
 

@@ -13,20 +13,20 @@ from pathlib import Path
 
 from torchstack.base import layout, sharing, state
 from torchstack.base.errors import ChecksFailed, HostNotReady
-from torchstack.build import archive, building, sources
-from torchstack.build.release import add_records, gate, probe, refresh
-from torchstack.build.render import BuildSecrets
 from torchstack.catalog.model import Catalog
 from torchstack.catalog.wheels import pip_conf_text
 from torchstack.engines import buildkit, connection, engine
 from torchstack.engines.engine import Builder, BuildRun, Engine
-from torchstack.publishing import sending
+from torchstack.making import archive, building, sources
+from torchstack.making.release import add_records, gate, probe, refresh
+from torchstack.making.render import BuildSecrets
+from torchstack.publishing import releases
 from torchstack.reports import build_report
 from torchstack.reports.build_report import Published, ReleaseOutcome
 from torchstack.reports.progress import BuildView, StageReport, summary_table, write_json
 from torchstack.request import prerequisites
 from torchstack.request.plan import RELEASE_STAGE, Plan
-from torchstack.request.run_options import RunOptions
+from torchstack.request.run_settings import RunOptions
 from torchstack.run.settle import Settled
 from torchstack.verify import checks
 
@@ -161,8 +161,8 @@ def run_build(catalog: Catalog, settled: Settled) -> Plan:
         with building.lock(chosen, f"{plan.top_image} release", view):
             release = _check_and_tag(build, catalog, plan, run, view)
         reports[-1].tags.append(plan.top_image)
-        pushes = sending.by_id(pushes, plan, reports, record, release)
-        published = sending.publish_release(build, plan, run, pushes, release, began, record) if pushes else Published()
+        pushes = releases.by_id(pushes, plan, reports, record, release)
+        published = releases.publish_release(build, plan, run, pushes, release, began, record) if pushes else Published()
 
     summary = build_report.summary(plan, chosen, release, published, time.monotonic() - started, log_path, record)
     if run.json_file:

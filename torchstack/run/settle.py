@@ -12,18 +12,18 @@ from pathlib import Path
 
 from torchstack.base import redact, state
 from torchstack.base.errors import HostNotReady, ToolkitError, UsageProblem
-from torchstack.build import sources
 from torchstack.catalog.model import Catalog
 from torchstack.catalog.wheels import check_transport, download_from_index, download_wheel, expected_sha256
 from torchstack.engines import buildkit
 from torchstack.engines.connection import choose
+from torchstack.making import sources
 from torchstack.publishing import lazy, signing
 from torchstack.registries import registry
 from torchstack.request import requirements, tags
-from torchstack.request.options import check_json_file, request_from
+from torchstack.request.command_options import check_json_file, request_from
 from torchstack.request.plan import Plan, Request
 from torchstack.request.planner import make_plan
-from torchstack.request.run_options import RunOptions
+from torchstack.request.run_settings import RunOptions
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,10 +24,10 @@ import docker.errors
 from torchstack.base.errors import ToolkitError, UsageProblem
 from torchstack.base.references import check_reference
 from torchstack.base.sharing import die_with_parent
-from torchstack.build import archive
-from torchstack.build.sbom import BUILD_INFO_LABEL
 from torchstack.catalog.model import Catalog
 from torchstack.engines.engine import Engine
+from torchstack.making import archive
+from torchstack.making.sbom import BUILD_INFO_LABEL
 from torchstack.request.metadata import toolkit_revision
 
 

@@ -400,7 +400,7 @@ def test_a_baked_model_answers_a_new_restricted_pod_without_compiling(side_by_si
 def test_no_headers_sources_or_wheels(host, labels):
     """No build leftovers: our components' headers, sources, build trees, wheels. A "full" runtime
     keeps the system headers (/usr/include) that torch.compile's C++ includes."""
-    info = json.loads(labels.get("io.torchstack.build-info", "{}"))
+    info = json.loads(labels.get("io.torchstack.making-info", "{}"))
     prefixes = [c["prefix"] for c in info.get("components", {}).values() if c.get("prefix") not in (None, "/usr")]
     folders = " ".join(["/usr/local/include", *prefixes] + ([] if info.get("runtime") == "full" else ["/usr/include"]))
     leftovers = host.run(
@@ -647,7 +647,7 @@ RUNS = {
 def side_by_side(request, image, engine, labels):
     """The runs the selected checks read, started as the first check of this folder starts; a check
     takes its run's result (or its exception) with side_by_side(NAME)."""
-    ours = json.loads(labels.get("io.torchstack.build-info", "null"))
+    ours = json.loads(labels.get("io.torchstack.making-info", "null"))
     wanted = {name for item in request.session.items for mark in item.iter_markers("side_by_side") for name in mark.args}
     workers = len(os.sched_getaffinity(0)) + 1
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="check-run") as pool:

@@ -27,7 +27,7 @@ from torchstack.base import sharing
 from torchstack.base.layout import TOOLKIT_DIR, VENV
 
 SBOM = f"{TOOLKIT_DIR}/sbom.cdx.json"  # in the release image
-BUILD_INFO_LABEL = "io.torchstack.build-info"
+BUILD_INFO_LABEL = "io.torchstack.making-info"
 # Run in the image by its venv's Python, standard library only: what is installed, as JSON.
 _INVENTORY = r"""
 import importlib.metadata, json, subprocess, sys

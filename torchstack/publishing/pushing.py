@@ -1,4 +1,4 @@
-"""Checked images into a registry, under the names they get there.
+"""One checked image pushed into a registry by its ID, under the name it gets there.
 
 A push shows its progress, tries again on a transient failure, says a refusal in one line.
 Credentials are the engine's: Docker's come from the Docker config (`docker login`, credential

@@ -18,7 +18,7 @@ from torchstack.catalog.wheels import pip_index_settings
 from torchstack.engines.connection import ENGINES, choose, settle_builder
 from torchstack.engines.docker_engine import BUILDKIT
 from torchstack.request.plan import Request
-from torchstack.request.run_options import COMPRESSIONS, LAZY_FORMATS, SIGNATURE_FORMATS
+from torchstack.request.run_settings import COMPRESSIONS, LAZY_FORMATS, SIGNATURE_FORMATS
 from torchstack.request.selection import BUILD_TYPES, BUILDERS, RUNTIMES
 
 

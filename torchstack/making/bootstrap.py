@@ -13,9 +13,9 @@ import docker
 from torchstack.base.errors import BuildFailed, ToolkitError
 from torchstack.base.layout import APT_LEFTOVERS
 from torchstack.base.reproducible import FILE_EPOCH, set_times
-from torchstack.build.archive import DEBIAN_KEYRING
 from torchstack.engines.buildjob import BuildahSettings, BuildJob, BuildKitSettings
 from torchstack.engines.engine import Builder, image_exists
+from torchstack.making.archive import DEBIAN_KEYRING
 from torchstack.request.plan import Plan
 
 # As Debian's own slim images: no manuals, translations or documentation, but the licences.

@@ -9,17 +9,17 @@ from pathlib import Path
 
 from torchstack.base import reproducible, sharing, state
 from torchstack.base.errors import ToolkitError
-from torchstack.build import bootstrap
-from torchstack.build.render import BuildSecrets, assemble_context
 from torchstack.engines import engine
 from torchstack.engines.buildjob import BuildahSettings, BuildJob, BuildKitSettings, BuildProgress
 from torchstack.engines.engine import BuildRun, Engine
+from torchstack.making import bootstrap
+from torchstack.making.render import BuildSecrets, assemble_context
 from torchstack.registries import registry
 from torchstack.reports.progress import BuildView, StageReport
 from torchstack.request import tags
 from torchstack.request.metadata import stage_labels
 from torchstack.request.plan import RELEASE_STAGE, Plan, StagePlan
-from torchstack.request.run_options import RunOptions
+from torchstack.request.run_settings import RunOptions
 
 
 class Interrupted(ToolkitError):

@@ -7,15 +7,15 @@ import json
 import re
 from datetime import datetime
 
-from torchstack.build.release import CONTENT_LABEL, published
-from torchstack.build.sbom import BUILD_INFO_LABEL
 from torchstack.engines.engine import BuildRun
-from torchstack.publishing import lazy, publish, signing
+from torchstack.making.release import CONTENT_LABEL, published
+from torchstack.making.sbom import BUILD_INFO_LABEL
+from torchstack.publishing import lazy, pushing, signing
 from torchstack.registries import registry
 from torchstack.reports.build_report import Published, ReleaseOutcome
 from torchstack.reports.progress import StageReport
 from torchstack.request.plan import RELEASE_STAGE, Plan
-from torchstack.request.run_options import RunOptions
+from torchstack.request.run_settings import RunOptions
 
 # A dated tag: the release tag and the minute its image was pushed (TAG-YYYYMMDDHHMM).
 DATED = re.compile(r".+-\d{12}")
@@ -64,16 +64,16 @@ def publish_release(
     return lazy_index(run, remote, dated.digest, note, done)
 
 
-def _push(build: BuildRun, run: RunOptions, plan: Plan, source: str, remote: str, name: str) -> publish.Pushed:
+def _push(build: BuildRun, run: RunOptions, plan: Plan, source: str, remote: str, name: str) -> pushing.Pushed:
     """One image pushed under one name, said in a line (zstd layers where asked, for the release image)."""
     zstd = run.compression == "zstd" and name == plan.top_image
-    each = publish.push(build.client, source, remote, build.note, build.engine, zstd, build.contexts)
+    each = pushing.push(build.client, source, remote, build.note, build.engine, zstd, build.contexts)
     layers = f", {each.layers} layers, {each.already_there} already there" if each.layers else ""
     build.note(f"torchstack: pushed {each.reference} ({each.digest}{layers})")
     return each
 
 
-def _dated_push(build: BuildRun, run: RunOptions, plan: Plan, push: tuple, content: str | None, began: datetime) -> publish.Pushed:
+def _dated_push(build: BuildRun, run: RunOptions, plan: Plan, push: tuple, content: str | None, began: datetime) -> pushing.Pushed:
     """The release image under its dated tag: pushed now, or, where an earlier run pushed this release
     under a dated tag and did not move the release tag (its signing failed), that push taken as it is."""
     source, remote, name = push
@@ -88,7 +88,7 @@ def _dated_push(build: BuildRun, run: RunOptions, plan: Plan, push: tuple, conte
         digest = published(f"{ref.name}:{tag}", content)
         if digest:
             build.note(f"torchstack: {ref.name}:{tag} holds this release already (an earlier run pushed it): not pushed again")
-            return publish.Pushed(f"{ref.name}:{tag}", digest, None, 0, 0)
+            return pushing.Pushed(f"{ref.name}:{tag}", digest, None, 0, 0)
     return _push(build, run, plan, source, f"{remote}-{began:%Y%m%d%H%M}", name)
 
 
@@ -100,7 +100,7 @@ def _sign(build: BuildRun, plan: Plan, run: RunOptions, release: ReleaseOutcome,
     return signed
 
 
-def _tag(build: BuildRun, source: str, dated: publish.Pushed, remote: str) -> publish.Pushed:
+def _tag(build: BuildRun, source: str, dated: pushing.Pushed, remote: str) -> pushing.Pushed:
     """The release tag `remote` put at the image `dated` names, through the registry (the same manifest
     bytes under a second tag), and given to the engine's image `source` too, as a push names it."""
     ref, pushed = registry.parse(remote), registry.parse(dated.reference)

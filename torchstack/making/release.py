@@ -22,10 +22,10 @@ import docker.errors
 
 from torchstack.base import layout, reproducible, sharing, state
 from torchstack.base.errors import ToolkitError
-from torchstack.build import archive, sbom
-from torchstack.build.render import records_dockerfile, refresh_context
 from torchstack.engines.buildjob import BuildahSettings, BuildJob, BuildKitSettings, BuildResult
 from torchstack.engines.engine import BuildRun
+from torchstack.making import archive, sbom
+from torchstack.making.render import records_dockerfile, refresh_context
 from torchstack.registries import registry
 from torchstack.request.plan import Plan
 
