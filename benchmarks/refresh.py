@@ -52,10 +52,10 @@ def main() -> None:
         raise SystemExit("benchmark: name the torch wheel's folder with --wheelhouse or $PIP_FIND_LINKS")
     started = time.monotonic()
     _, built = toolkit(*README_ARGS, "--torch-wheel", args.wheelhouse)  # the host's earlier build (or made now)
-    client, _ = connect(choose("auto"))
-    info = json.loads(client.images.get(built["final_image"]).labels["io.torchstack.making-info"])
-    name, arch = info["distribution"], client.images.get(built["final_image"]).attrs["Architecture"]
-    have = archive.installed(client, built["image_id"])[PACKAGE]
+    engine = connect(choose("auto"))
+    final = engine.image(built["final_image"])
+    name, arch = json.loads(final.labels["io.torchstack.build-info"])["distribution"], final.architecture
+    have = archive.installed(engine, built["image_id"])[PACKAGE]
     tag = f"bench-refresh-{uuid.uuid4().hex[:10]}"
     with tempfile.TemporaryDirectory() as tmp, throwaway_images(tag), LocalArchive(Path(tmp) / "site") as site:
         original = published_deb(PACKAGE, have, Path(tmp), debian_suites(name), arch)

@@ -194,7 +194,7 @@ def example(image: str, script: str, args: list[str], plain: bool, env: tuple[st
 def flipped_settings(image: str) -> tuple[str, ...]:
     """Each runtime setting of the image the other way round: a default set empty (-e NAME=), an
     opt-in one set to its value. The image's build-info lists them (runtime_env)."""
-    info = json.loads(run(["docker", "image", "inspect", "-f", '{{index .Config.Labels "io.torchstack.making-info"}}', image]).stdout)
+    info = json.loads(run(["docker", "image", "inspect", "-f", '{{index .Config.Labels "io.torchstack.build-info"}}', image]).stdout)
     return tuple(f"{name}=" if s["default"] else f"{name}={s['value']}" for name, s in info["runtime_env"].items())
 
 
@@ -372,7 +372,7 @@ def image_size(image: str) -> int:
 
 
 def sizes(ours: str, plain: str, os_image: str) -> dict:
-    info = json.loads(run(["docker", "image", "inspect", "-f", '{{index .Config.Labels "io.torchstack.making-info"}}', ours]).stdout)
+    info = json.loads(run(["docker", "image", "inspect", "-f", '{{index .Config.Labels "io.torchstack.build-info"}}', ours]).stdout)
     os_packages, our_packages, plain_packages = packages(os_image), packages(ours), packages(plain)
     added = sum(size for name, size in our_packages.items() if name not in os_packages)
     toolchain = sum(size for name, size in our_packages.items() if name not in plain_packages)

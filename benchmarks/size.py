@@ -38,7 +38,7 @@ def run(*command: str) -> str:
 def payload(image: str) -> dict[str, int]:
     """What the image must carry, from its build-info: as benchmarks/run.py counts it."""
     labels = json.loads(run("docker", "image", "inspect", "-f", "{{json .Config.Labels}}", image))
-    info, os_image = json.loads(labels["io.torchstack.making-info"]), labels["org.opencontainers.image.base.name"]
+    info, os_image = json.loads(labels["io.torchstack.build-info"]), labels["org.opencontainers.image.base.name"]
     os_packages = packages(os_image)
     added = sum(size for name, size in packages(image).items() if name not in os_packages)
     parts = {

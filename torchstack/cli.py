@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import click
-import docker.errors
 from click.core import ParameterSource
 
 from torchstack import image_commands
@@ -17,7 +16,7 @@ from torchstack.base.errors import DataError, ToolkitError, UsageProblem
 from torchstack.base.sharing import Terminated
 from torchstack.base.version import VERSION as __version__
 from torchstack.catalog.model import COMMAND, Catalog, load_catalog
-from torchstack.engines.connection import choose, connect, why_not_reproducible
+from torchstack.engines.connection import FAILURES, choose, connect, why_not_reproducible
 from torchstack.reports.reports import backend_details, format_plan
 from torchstack.request.command_options import archive_options, build_options, engine_option, plan_options, request_from, writable_folder
 from torchstack.request.plan import Request
@@ -41,7 +40,7 @@ class ToolkitGroup(click.Group):
             _fail(exc.format_message().replace("\n", " "), exc.exit_code)
         except ToolkitError as exc:
             _fail(str(exc), exc.exit_code)
-        except docker.errors.DockerException as exc:
+        except FAILURES as exc:
             _fail(f"the container engine failed: {str(exc).splitlines()[0]}", 1)
         except KeyboardInterrupt as exc:
             _fail("terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted", sharing.exit_code(exc))
@@ -274,8 +273,8 @@ def _bootstrap_command(catalog: Catalog) -> click.Command:
         )
         prerequisites.require(plan, bootstrap=True)
         apt.require_suites(plan.apt)
-        client, chosen = connect(choose(engine))
-        image = bootstrap.ensure_base_image(chosen.builder(client, plan.builder), plan, force=force)
+        chosen = connect(choose(engine))
+        image = bootstrap.ensure_base_image(chosen.builder(plan.builder), plan, force=force)
         click.echo(image)
 
     return bootstrap_command

@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 
 import click
-import docker.errors
 
 from torchstack.base import sharing
 from torchstack.base.errors import ToolkitError, UsageProblem
 from torchstack.base.state import state_dir
 from torchstack.catalog.model import Catalog
 from torchstack.engines.connection import ENGINES, choose, connect
+from torchstack.engines.engine import NoSuchImage
 from torchstack.reports.reports import format_inspection
 from torchstack.request import tags
 from torchstack.request.command_options import engine_option, writable_folder
@@ -88,18 +88,18 @@ def inspect_command(catalog: Catalog) -> click.Command:
 
         from torchstack.making import sbom
 
-        client, chosen = connect(choose(engine))
+        chosen = connect(choose(engine))
         try:
-            found, info, text = sbom.read_image(client, image)
-        except docker.errors.ImageNotFound:
-            raise UsageProblem(f"{image}: no such image here ({chosen.cli} pull it first)") from None
+            found, info, text = sbom.read_image(chosen, image)
+        except NoSuchImage as exc:
+            raise UsageProblem(str(exc)) from None
         except KeyError:
             raise UsageProblem(f"{image}: not a torchstack image (no {sbom.BUILD_INFO_LABEL} label)") from None
         report = {
             "image": image,
             "id": found.id,
-            "created": found.attrs["Created"],
-            "tags": found.tags,
+            "created": found.created,
+            "tags": list(found.tags),
             "labels_agree": found.labels.get("org.opencontainers.image.version") == info.get("release_tag"),
             "build_info": info,
             "sbom": sbom.summary(text) if text else None,
@@ -133,20 +133,20 @@ def test_command(catalog: Catalog) -> click.Command:
         from torchstack.making import archive
         from torchstack.verify import checks
 
-        client, chosen = connect(choose(engine))
+        chosen = connect(choose(engine))
         # A check run killed outright (SIGKILL) leaves its containers: the next run removes them.
-        for line in sharing.sweep(client, state_dir() / "contexts"):
+        for line in sharing.sweep(chosen, state_dir() / "contexts"):
             click.echo(line, err=True)
         refused = chosen.cli_refused()
         if refused:
             raise UsageProblem(refused)
-        result = checks.run_checks(client, chosen, catalog, image, backend=backend, stage=stage, select=select)
+        result = checks.run_checks(chosen, catalog, image, backend=backend, stage=stage, select=select)
         print(result.output, end="")
         if not result.passed:
             raise ToolkitError(f"{image}: {result.summary}")
         click.echo(f"{image}: {result.summary} in {result.seconds:.0f} s")
         try:
-            pending, suites = archive.pending_in(client, image, archive_keyring)
+            pending, suites = archive.pending_in(chosen, image, archive_keyring)
         except archive.ArchiveUnreachable as exc:
             click.echo(f"torchstack: {image}: security updates not checked: {exc}", err=True)
             return
@@ -225,9 +225,11 @@ def verify_command(catalog: Catalog) -> click.Command:
                 click.echo(f"torchstack: {digest} {lazily}", err=True)
             reference = found.reference
         if pull or rebuild:
-            client, chosen = connect(choose(engine))
+            chosen = connect(choose(engine))
         if pull:
-            client.images.pull(reference)
+            problem = chosen.pull(reference)
+            if problem:
+                raise ToolkitError(f"{reference} could not be pulled: {problem}")
             click.echo(f"torchstack: pulled {reference} ({chosen.kind})", err=True)
         if rebuild:
             from torchstack.verify import rebuild as rebuilding
@@ -235,7 +237,7 @@ def verify_command(catalog: Catalog) -> click.Command:
             passed = {f"--{name.replace('_', '-')}": value for name, value in given.items()}
             passed["--engine"] = chosen.kind  # the build runs on this engine
             arguments = [word for option, value in passed.items() if value for word in (option, str(value))]
-            same = rebuilding.verify(client, chosen, catalog, reference, arguments, json_file, lambda line: click.echo(line, err=True))
+            same = rebuilding.verify(chosen, catalog, reference, arguments, json_file, lambda line: click.echo(line, err=True))
             click.echo(f"torchstack: reproduced {reference}: built again from what it records, it is the same image", err=True)
             click.echo(same)
             return

@@ -7,6 +7,7 @@ extra engines are in tests/engine/hosts.py."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import io
 import ipaddress
@@ -31,7 +32,8 @@ from tests.engine.images import APP_RELEASE, BUILDKIT_TAG, IMAGES, README_WHEEL,
 from torchstack.base import sharing
 from torchstack.base.state import state_dir
 from torchstack.catalog.model import ROOT, load_catalog
-from torchstack.engines import engine
+from torchstack.engines import connection
+from torchstack.engines.engine import Engine
 
 
 def pypi_wheel(dest: Path, requirement: str) -> Path:
@@ -82,6 +84,14 @@ def bridge_address(network_attrs: dict) -> str:
     the engine assigns it, the subnet's first address."""
     config = network_attrs["IPAM"]["Config"][0]
     return config.get("Gateway") or str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
+
+
+def engine_over(client: docker.DockerClient) -> Engine:
+    """The toolkit's engine over a test's own SDK client (the containers it starts carry the session's
+    label too), as connection.connect describes the engine there."""
+    version, info = client.version(), client.info()
+    chosen = connection.engine_of(connection.kind_of(version), str(client.api.base_url), "a test's client")
+    return dataclasses.replace(connection.described(chosen, version, info), sdk=client)
 
 
 def leftovers_of(client, owner: str) -> list[str]:
@@ -272,7 +282,7 @@ def plain_image(client) -> str:
     benchmark = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(benchmark)
     plan = benchmark.readme_plan(load_catalog(), x86_wheelhouse())
-    if not engine.image_exists(client, plan.base_image):
+    if not engine_over(client).has_image(plan.base_image):
         pytest.fail(f"{plan.base_image} is not here: the plain image is built on the OS image the x86_64 chain bootstraps")
     return benchmark.plain_image(plan.base_image, plan.torch_wheel_file)[0]
 

@@ -61,7 +61,7 @@ def test_an_image_the_toolkit_did_not_build(x86_build, plain_image):
     result = run_build_py("test", plain_image, "--backend", "onednn")
     out = result.stdout
     assert result.returncode == 1
-    assert "not a torchstack image (no io.torchstack.making-info label)" in out
+    assert "not a torchstack image (no io.torchstack.build-info label)" in out
     assert "FAILED tests/image/base/test_base.py::test_default_user_is_not_root" in out
     # Its pip installs anything: no pins of the image hold torch there.
     assert "FAILED tests/image/final/test_final.py::test_the_pins_are_what_the_venv_holds" in out

@@ -24,7 +24,7 @@ def test_arm64_onednn_acl_image_under_emulation(client, arm64_build):
     # found in the wheel and warned (build-info torch_defects); the check proves exactly that.
     assert " failed" not in built["checks"] and "passed" in built["checks"] and "1 xfailed" in built["checks"], built["checks"]
     image = client.images.get(built["final_image"])
-    info = json.loads(image.labels["io.torchstack.making-info"])
+    info = json.loads(image.labels["io.torchstack.build-info"])
     assert list(info["torch_defects"]) == ["complex-dot"], info["torch_defects"]
     # torchvision's own checks (nms, roi_align, transforms) ran among the checks that passed.
     assert [(p["name"], p["version"], p["checks"]) for p in info["plugins"]] == [("torchvision", "0.23.0", ["torchvision_ops.py"])]

@@ -73,7 +73,7 @@ def test_podman_builds_the_readme_image_checks_it_and_pushes_it(client, x86_buil
     assert "failed" not in podman_build["checks"] and "passed" in podman_build["checks"], podman_build["checks"]
     # The release image is Podman's own build: the Docker chain's image of the same name is another.
     released = docker.DockerClient(base_url=podman["CONTAINER_HOST"]).images.get(podman_build["final_image"])
-    podmans, dockers = (json.loads(i.labels["io.torchstack.making-info"]) for i in (released, client.images.get(x86_build["final_image"])))
+    podmans, dockers = (json.loads(i.labels["io.torchstack.build-info"]) for i in (released, client.images.get(x86_build["final_image"])))
     assert podmans.pop("engine")["kind"] == "podman" and dockers.pop("engine")["kind"] == "docker"
     assert podmans == dockers, "the same request records the same build, whichever engine built it"
     assert released.id != client.images.get(x86_build["final_image"]).id

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta, timezone
 import docker
 import pytest
 
+from tests.engine.conftest import engine_over
 from tests.engine.hosts import CURRENT_ENGINES, REBUILD_ENGINES, REGISTRY
 from tests.engine.images import IMAGES, REPRODUCED, X86_ARGS, run_build_py, x86_wheelhouse
 from tests.local_archive import LocalArchive, SnapshotArchive
@@ -98,7 +99,7 @@ def test_the_release_pushed_from_each_engine_has_one_digest_its_image_id(built_o
     digests = set()
     for engine, name in ((CURRENT_ENGINES["containerd"], "built"), (REBUILD_ENGINES["containerd"], "moved")):
         client = docker.DockerClient(base_url=engine.get())
-        digests.add(pushing.push(client, image, f"{registry}/containerd-store/readme:{name}", lambda line: None).digest)
+        digests.add(pushing.push(engine_over(client), image, f"{registry}/containerd-store/readme:{name}", lambda line: None).digest)
     assert digests == {built_on_current["image_id"]}, digests
 
 
@@ -112,7 +113,7 @@ def test_what_differs_between_two_images_is_named_by_layer_and_file(rebuilt_on_c
     )
     made = [client.images.build(path=str(tmp_path), buildargs={"CONTENT": content}, rm=True)[0].id for content in ("one", "two")]
     try:
-        lines = rebuild.differences(client, *made)
+        lines = rebuild.differences(engine_over(client), *made)
     finally:
         for image in made:
             client.images.remove(image)
@@ -164,7 +165,7 @@ def test_a_build_asked_for_a_past_state_of_the_archive_takes_every_suite_from_it
         assert found["reproducible"]["debian_snapshot"] == stamp
         assert [state["uri"] for state in found["reproducible"]["archive"]] == [f"{url}/dists/{name}/InRelease" for url, name in suites]
         top = found["stages"][-1]
-        assert [(s.url, s.name) for s in archive.image_sources(client, top["image_id"]).suites] == suites
+        assert [(s.url, s.name) for s in archive.image_sources(engine_over(client), top["image_id"]).suites] == suites
         assert any(path.startswith(f"/archive/debian/{stamp}/pool/") for path in snapshot.asked), "no package came from the snapshot"
     finally:
         stages = json.loads(summary.read_text())["stages"] if summary.is_file() else []

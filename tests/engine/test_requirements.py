@@ -62,7 +62,7 @@ def test_another_release_with_a_teams_requirements_rebuilds_only_its_final_stage
     assert statuses == {"base": "cached", "libs": "cached", "tools": "cached", "dev": "cached", "final": "built"}
     image = built["final_image"]
     assert image.endswith(f"-requirements.{hashlib.sha256(APP_REQUIREMENTS.encode()).hexdigest()[:8]}"), image
-    recorded = json.loads(client.images.get(image).labels["io.torchstack.making-info"])["requirements"]
+    recorded = json.loads(client.images.get(image).labels["io.torchstack.build-info"])["requirements"]
     assert recorded["requested"] == [TRANSFORMERS], recorded
     assert not {p.split("==")[0].lower() for p in recorded["resolved"]} & {"torch", "numpy"}, recorded["resolved"]
     assert f"torchstack: --requirements requirements.txt: {TRANSFORMERS}, with " in built["output"]

@@ -82,7 +82,7 @@ def test_the_release_image_on_the_other_engine_holds_what_engine_a_built(client,
     # same release: the same records and packages at the same versions, so that a scheduled rebuild
     # on a new runner that changed nothing publishes nothing.
     assert theirs.labels["io.torchstack.content"] == mine.labels["io.torchstack.content"]
-    assert theirs.labels["io.torchstack.making-info"] == mine.labels["io.torchstack.making-info"]
+    assert theirs.labels["io.torchstack.build-info"] == mine.labels["io.torchstack.build-info"]
     assert theirs.labels["io.torchstack.torch.version"] == mine.labels["io.torchstack.torch.version"]
     listed = [
         engine.containers.run(image.id, ["python3", "-c", DISTRIBUTIONS], remove=True, network_mode="none").decode()

@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from tests.engine.conftest import engine_over
 from tests.engine.images import X86_ARGS, run_build_py, x86_wheelhouse
 from tests.local_archive import LocalArchive, debian_suites, published_deb, rebuilt
 from torchstack.making import archive
@@ -27,8 +28,8 @@ def summary_of(result, path) -> dict:
 def test_a_fix_published_after_a_build_reaches_the_next_without_compiling_and_one_that_cannot_install_holds_the_tag(
     client, x86_build, unique_tag, tmp_path
 ):
-    have = archive.installed(client, x86_build["image_id"])[PACKAGE]
-    debian = json.loads(client.images.get(x86_build["image_id"]).labels["io.torchstack.making-info"])["distribution"]
+    have = archive.installed(engine_over(client), x86_build["image_id"])[PACKAGE]
+    debian = json.loads(client.images.get(x86_build["image_id"]).labels["io.torchstack.build-info"])["distribution"]
     security = f"{debian}-security"
     original = published_deb(PACKAGE, have, tmp_path, debian_suites(debian), "amd64")
     release = f"torchstack:{unique_tag}"
@@ -59,4 +60,4 @@ def test_a_fix_published_after_a_build_reaches_the_next_without_compiling_and_on
     assert [(s["stage"], s["status"], s["ran"]) for s in third["stages"]] == [(s["stage"], "cached", []) for s in third["stages"]]
     assert f"{PACKAGE} {have} -> {have}+test2" in third["security_updates"]["upgraded"]
     assert third["security_updates"]["gate"] == f"none pending in {security}"
-    assert archive.installed(client, release)[PACKAGE] == f"{have}+test2"
+    assert archive.installed(engine_over(client), release)[PACKAGE] == f"{have}+test2"

@@ -113,7 +113,7 @@ def test_the_pushed_release_is_signed_its_attestations_describe_it_and_verify_gi
     statement = attestation(f"{repository}@{digest}", cosign_keys["ours"][1], "slsaprovenance1")
     assert statement["subject"][0]["digest"]["sha256"] == digest.removeprefix("sha256:")
     inputs = {d["name"]: d["digest"]["sha256"] for d in statement["predicate"]["buildDefinition"]["resolvedDependencies"]}
-    info = json.loads(client.images.get(x86_build["final_image"]).labels["io.torchstack.making-info"])
+    info = json.loads(client.images.get(x86_build["final_image"]).labels["io.torchstack.build-info"])
     numpy = info["components"]["numpy"]
     assert inputs[f"numpy-{numpy['version']}"] == numpy["source"]["sha256"]
     (wheel,) = Path(x86_wheelhouse()).glob("torch-*x86_64.whl")

@@ -39,7 +39,7 @@ def test_the_zendnn_image_installs_each_plugin_and_its_vendor_checks_ran(zendnn_
 def test_each_plugin_is_recorded_with_the_sha256_of_the_wheel_installed(client, zendnn_build):
     image = client.images.get(zendnn_build["final_image"])
     assert sorted(image.labels["io.torchstack.plugins"].split()) == PLUGINS, image.labels["io.torchstack.plugins"]
-    recorded = {p["name"]: p for p in json.loads(image.labels["io.torchstack.making-info"])["plugins"]}
+    recorded = {p["name"]: p for p in json.loads(image.labels["io.torchstack.build-info"])["plugins"]}
     for folder, name in (("compile_backend", "torchstack-test-compile"), ("device", "torchstack-test-device")):
         assert recorded[name]["sha256"] == hashlib.sha256(zendnn_build["plugin_wheels"][folder].read_bytes()).hexdigest()
     assert recorded["torchstack-test-compile"]["compile_backends"] == ["torchstack_test"]

@@ -93,9 +93,9 @@ def user_host(container, engine):
 @pytest.fixture(scope="session")
 def ours(labels):
     """The build information every torchstack stage image carries in a label; others are skipped."""
-    if "io.torchstack.making-info" not in labels:
-        pytest.skip("not a torchstack image (no io.torchstack.making-info label): nothing to compare with")
-    return json.loads(labels["io.torchstack.making-info"])
+    if "io.torchstack.build-info" not in labels:
+        pytest.skip("not a torchstack image (no io.torchstack.build-info label): nothing to compare with")
+    return json.loads(labels["io.torchstack.build-info"])
 
 
 @pytest.fixture(scope="session")

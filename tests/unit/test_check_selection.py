@@ -1,11 +1,11 @@
 """Which image-check folders run for a stage: its own and its ancestors', from the stage table."""
 
-from types import SimpleNamespace
-
 import pytest
 
+from tests.memory_engine import memory_engine
 from torchstack.base.errors import UsageProblem
 from torchstack.engines.connection import engine_of
+from torchstack.engines.engine import Image
 from torchstack.verify import checks
 from torchstack.verify.checks import CHECKS, stage_lineage
 
@@ -65,25 +65,27 @@ def selection_tree(tmp_path, monkeypatch):
     monkeypatch.setattr(checks, "CHECKS", tree)
     monkeypatch.setattr(checks, "CHECK_INPUTS", (tree,))
     monkeypatch.setenv("TORCHSTACK_CACHE", str(tmp_path / "cache"))
-    found = SimpleNamespace(id="sha256:aa", labels={"io.torchstack.stage": "final"})
-    # An engine with no container of this run left: run_checks asks for them as it ends.
-    return SimpleNamespace(images=SimpleNamespace(get=lambda name: found), containers=SimpleNamespace(list=lambda **_: []))
+    # An engine with the image and no container of this run left: run_checks asks for them as it ends.
+    engine = memory_engine()
+    engine.store.images["sha256:aa"] = Image("sha256:aa", labels={"io.torchstack.stage": "final"})
+    engine.store.names["any"] = "sha256:aa"
+    return engine
 
 
 def test_a_selection_runs_only_the_named_checks_and_records_no_pass(catalog, tmp_path, monkeypatch):
     client = selection_tree(tmp_path, monkeypatch)
-    selected = checks.run_checks(client, DOCKER, catalog, "any", select="passes")
+    selected = checks.run_checks(client, catalog, "any", select="passes")
     assert selected.passed and selected.summary == "1 passed, 1 deselected", selected
     assert not (tmp_path / "cache" / "checks").exists(), "a selection vouches for the selected checks only"
-    assert not checks.run_checks(client, DOCKER, catalog, "any", select="fails").passed
+    assert not checks.run_checks(client, catalog, "any", select="fails").passed
     # Nor does a selection take an earlier pass of the whole set for its own.
     checks.remember_pass("sha256:aa", checks.checks_fingerprint("final", None), "2 passed")
-    assert not checks.run_checks(client, DOCKER, catalog, "any", reuse=True, select="fails").passed
+    assert not checks.run_checks(client, catalog, "any", reuse=True, select="fails").passed
 
 
 def test_a_selection_of_nothing_or_no_expression_is_a_usage_error(catalog, tmp_path, monkeypatch):
     client = selection_tree(tmp_path, monkeypatch)
     with pytest.raises(UsageProblem, match="-k 'no_such_check' selects none of the checks of a final image"):
-        checks.run_checks(client, DOCKER, catalog, "any", select="no_such_check")
+        checks.run_checks(client, catalog, "any", select="no_such_check")
     with pytest.raises(UsageProblem, match=r"^-k 'passes and \(': "):
-        checks.run_checks(client, DOCKER, catalog, "any", select="passes and (")
+        checks.run_checks(client, catalog, "any", select="passes and (")

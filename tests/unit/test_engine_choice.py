@@ -182,7 +182,7 @@ def test_an_engine_that_is_not_the_one_asked_for_is_one_line(monkeypatch):
     monkeypatch.setattr(connection.docker, "DockerClient", Client)
     with pytest.raises(connection.UsageProblem, match="--engine docker, but the engine at unix:///x.sock is Podman 4.3.1"):
         connection.connect(engine_of("docker", "unix:///x.sock", "--engine docker, DOCKER_HOST"))
-    _, found = connection.connect(engine_of("docker", "unix:///x.sock", "DOCKER_HOST"))
+    found = connection.connect(engine_of("docker", "unix:///x.sock", "DOCKER_HOST"))
     said = engine_of("podman", "unix:///x.sock", "DOCKER_HOST; the engine says it is Podman", "4.3.1", "1.41", "1.24", "overlay")
     assert found == said
 
@@ -346,5 +346,5 @@ def test_a_third_engine_is_one_class_and_one_line_in_kinds(monkeypatch):
     assert choose("other", {"DOCKER_HOST": "tcp://h:2375"}, uid=0).url == "tcp://h:2375"
     assert connection.kind_of({"Components": [{"Name": "Other Engine"}]}) == "other"
     assert connection.kind_of({"Components": [{"Name": "Engine"}]}) == "docker"
-    assert isinstance(chosen.builder(None, chosen.builder_word(True, lambda: True, lambda: chosen)), LegacyBuilder)
+    assert isinstance(chosen.builder(chosen.builder_word(True, lambda: True, lambda: chosen)), LegacyBuilder)
     assert chosen.login_hint("r.example") == "log in with `other login r.example`"

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
+from tests.memory_engine import memory_engine
 from torchstack.base.errors import UsageProblem
 from torchstack.base.reproducible import STEP_ENVIRONMENT
 from torchstack.catalog.wheels import pip_conf_text
@@ -145,8 +146,10 @@ class _Mounting(_Recording):
 
 def _build_every_stage(monkeypatch, tmp_path, plan, kind: type[_Recording], conf: Path) -> list:
     monkeypatch.setenv("TORCHSTACK_CACHE", str(tmp_path / "cache"))
-    client = SimpleNamespace(images=SimpleNamespace(get=lambda name: SimpleNamespace(attrs={"Size": 1}, id="sha256:0")))
-    builder = kind(client, DOCKER)
+    engine = memory_engine()
+    for stage in plan.stages:
+        engine.store.add(stage.image)
+    builder = kind(None, engine)
     object.__setattr__(builder, "jobs", [])
     contexts = tmp_path / "contexts"
     contexts.mkdir(mode=0o700)
@@ -227,7 +230,7 @@ def test_the_engine_as_it_answered_refuses_before_any_work(monkeypatch, catalog,
     """Settled for Podman (CONTAINER_HOST), answered by Docker: its legacy builder is refused the login
     before the run sweeps, pulls or writes anything."""
     plan = plan_for(builder="docker")
-    monkeypatch.setattr(pipeline.connection, "connect", lambda chosen: (object(), DOCKER))
+    monkeypatch.setattr(pipeline.connection, "connect", lambda chosen: DOCKER)
 
     def work(*args, **kwargs):
         raise AssertionError("work began before the refusal")

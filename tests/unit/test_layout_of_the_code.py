@@ -155,6 +155,47 @@ def test_outside_the_engines_nothing_asks_which_engine_or_builder_it_has():
     assert not found, found
 
 
+# The engines' SDKs. Outside engines/, only the registries' login lookup reads Docker's config through docker.auth.
+SDKS = ("docker", "podman")
+LOGIN_LOOKUP = {"registries/logins": {"docker.auth", "docker.errors"}}
+SDK_PARTS = {"images", "containers", "api"}
+
+
+def sdk_uses(name: str, tree: ast.AST) -> list[str]:
+    """Where module `name` imports an engine's SDK, or calls a client's `images`, `containers` or `api`."""
+    found = []
+    for node in ast.walk(tree):
+        imported = (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom)
+            else []
+        )
+        for module in imported:
+            if module.split(".")[0] in SDKS and module not in LOGIN_LOOKUP.get(name, ()):
+                found.append(f"{name}:{node.lineno}: import {module}")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Attribute):
+            if node.func.value.attr in SDK_PARTS and ast.unparse(node.func.value.value).rsplit(".", 1)[-1] in ("client", "sdk"):
+                found.append(f"{name}:{node.lineno}: {ast.unparse(node.func)}")
+    return found
+
+
+def test_outside_the_engines_nothing_holds_an_engines_sdk():
+    """What callers need of an engine (an image looked up, tagged, pushed, a container run) is a method of
+    the engine: no module outside engines/ imports Docker's or Podman's SDK or calls its client."""
+    found = [hit for path in MODULES if "engines" not in path.parts for hit in sdk_uses(name_of(path), ast.parse(path.read_text()))]
+    assert not found, found
+
+
+def test_the_sdk_test_finds_what_it_is_for():
+    code = "import docker\nfrom podman import PodmanClient\nclient.images.get(x)\nbuild.client.containers.create(x)\nclient.api.push(r)\n"
+    found = sdk_uses("making/release", ast.parse(code))
+    assert len(found) == 5, found
+    assert sdk_uses("registries/logins", ast.parse("import docker.auth\nimport docker.errors\n")) == []
+    assert sdk_uses("making/release", ast.parse("engine.image(x)\nfound.images.append(x)\n")) == []
+
+
 def test_the_code_reading_test_finds_what_it_is_for():
     """The test above, on code that does what it forbids: it must not pass by reading nothing."""
     code = 'if engine.kind == "podman": pass\nif plan.builder == "buildx": pass\nclient.api._post(url)\n'

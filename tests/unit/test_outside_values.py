@@ -6,12 +6,12 @@ import re
 import subprocess
 import sys
 import zipfile
-from types import SimpleNamespace
 
 import pytest
 import yaml
 from click.testing import CliRunner
 
+from tests.memory_engine import memory_engine
 from tests.unit.test_plugins import run_cli
 from torchstack.base.errors import UsageProblem
 from torchstack.base.references import check_reference
@@ -133,10 +133,10 @@ def test_a_rebuild_refuses_a_build_info_label_torchstack_did_not_write(catalog):
     with pytest.raises(UsageProblem, match="records a component 'x --push' this toolkit does not know"):
         rebuild.arguments(catalog, {**_on_a_base_image(), "components": {"x --push": {"method": "source"}}}, {})
     for label in ("not json", "[1, 2]"):
-        image = SimpleNamespace(labels={BUILD_INFO_LABEL: label})
-        client = SimpleNamespace(images=SimpleNamespace(get=lambda name, image=image: image))
+        engine = memory_engine()
+        engine.store.add("img", {BUILD_INFO_LABEL: label})
         with pytest.raises(UsageProblem, match="its build-info label .* is not a JSON object"):
-            rebuild.recorded(client, "img")
+            rebuild.recorded(engine, "img")
 
 
 @pytest.mark.parametrize("name", ["mine\nRUN id", "Mine", "-mine", "my cpu", "mine$(id)"])

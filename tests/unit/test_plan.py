@@ -259,13 +259,13 @@ def test_a_stage_image_is_labelled_only_with_what_it_depends_on(plan_for):
         assert stage_labels(this, this.stage(name)) == stage_labels(later, later.stage(name)), name
     assert stage_labels(this, this.stage("final")) != stage_labels(later, later.stage("final"))
 
-    libs = json.loads(stage_labels(this, this.stage("libs"))["io.torchstack.making-info"])
+    libs = json.loads(stage_labels(this, this.stage("libs"))["io.torchstack.build-info"])
     assert set(libs["components"]) == {"openblas", "acl"} and "torch_version" not in libs
     assert stage_labels(this, this.stage("libs"))["io.torchstack.stage"] == "libs"
     final = stage_labels(this, this.stage("final"))
     assert final["org.opencontainers.image.version"] == this.release_tag
-    assert json.loads(final["io.torchstack.making-info"]) == build_info(this)
-    dev = json.loads(stage_labels(this, this.stage("dev"))["io.torchstack.making-info"])
+    assert json.loads(final["io.torchstack.build-info"]) == build_info(this)
+    dev = json.loads(stage_labels(this, this.stage("dev"))["io.torchstack.build-info"])
     assert dev["torch_version"] == "2.13.0" and "release_tag" not in dev
 
 
@@ -280,7 +280,7 @@ def test_the_full_runtime_ships_what_torch_compile_needs_and_slim_does_not(plan_
     assert full.release_tag == "r26.11-torch-2.13.0-onednn" and slim.release_tag == "r26.11-torch-2.13.0-onednn-slim"
     assert plan_for(backend="openblas", arch="s390x", distribution="trixie").payload.packages.count("libpython3.13-dev") == 1
     labels = stage_labels(slim, slim.stage("final"))
-    assert labels["io.torchstack.runtime"] == "slim" and json.loads(labels["io.torchstack.making-info"])["runtime"] == "slim"
+    assert labels["io.torchstack.runtime"] == "slim" and json.loads(labels["io.torchstack.build-info"])["runtime"] == "slim"
     assert "io.torchstack.runtime" not in stage_labels(slim, slim.stage("libs"))
 
 

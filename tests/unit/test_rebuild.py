@@ -3,7 +3,6 @@ build-info; what it cannot make again (a dirty or other toolkit revision, a team
 
 import dataclasses
 import json
-from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
@@ -11,6 +10,7 @@ from click.testing import CliRunner
 from torchstack.base.errors import UsageProblem
 from torchstack.cli import make_cli
 from torchstack.engines.connection import engine_of
+from torchstack.engines.engine import Image
 from torchstack.verify import rebuild
 
 
@@ -60,8 +60,8 @@ def test_what_cannot_be_built_again_is_one_line(catalog):
 
 
 def test_the_images_date_is_its_source_date_epoch():
-    assert rebuild.epoch_of(SimpleNamespace(attrs={"Created": "2026-11-27T09:30:00Z"})) == 1795771800
-    assert rebuild.epoch_of(SimpleNamespace(attrs={"Created": "2026-11-27T09:30:00.123456789Z"})) == 1795771800
+    assert rebuild.epoch_of(Image("sha256:0", created="2026-11-27T09:30:00Z")) == 1795771800
+    assert rebuild.epoch_of(Image("sha256:0", created="2026-11-27T09:30:00.123456789Z")) == 1795771800
 
 
 def test_a_rebuild_on_another_image_store_is_refused_in_one_line():

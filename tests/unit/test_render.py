@@ -286,7 +286,7 @@ def test_podman_gets_the_labels_word_for_word_in_order(plan_for):
     labels = {**stage_labels(plan, plan.stage("final")), "z.odd": 'a "quoted" $HOME \\ café', "a.first": "1"}
     text = oci_dockerfile(render_dockerfile(plan, plan.stage("final"), SECRETS), STEP_ENVIRONMENT, labels)
     last = text.rstrip("\n").rsplit("\n", 1)[1]
-    assert last.startswith('LABEL "a.first"="1" ') and last.index('"io.torchstack.making-info"') < last.index('"z.odd"')
+    assert last.startswith('LABEL "a.first"="1" ') and last.index('"io.torchstack.build-info"') < last.index('"z.odd"')
     # Escaped as Docker's and buildah's word parser reads a double-quoted word: \\, \" and \$ (Podman 4.3 gave
     # these labels back as they were given; dockerfile-parse does not unescape \\ and \$).
     assert last.endswith('"z.odd"="a \\"quoted\\" \\$HOME \\\\ café"')

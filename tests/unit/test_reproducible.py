@@ -72,7 +72,7 @@ def test_a_current_dockers_buildkit_and_podman_builds_are_claimed_reproducible(k
     """Docker 20.10 stamps the clock whether its legacy builder or its old BuildKit builds; Podman
     builds in the OCI format with every date given (oci_build.py)."""
     engine = engine_of(kind, "unix:///x.sock", "test", version="26.1.5" if current else "20.10.24")
-    why = engine.builder(None, builder).why_not_reproducible()
+    why = engine.builder(builder).why_not_reproducible()
     assert why is None if said is None else why.startswith(said), why
 
 

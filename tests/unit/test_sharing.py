@@ -9,10 +9,12 @@ import threading
 import time
 from types import SimpleNamespace
 
-import docker.errors
 import pytest
 
+from tests.memory_engine import memory_engine
 from torchstack.base import sharing
+from torchstack.engines.docker_engine import DockerEngine
+from torchstack.engines.engine import CommandFailed
 
 
 def test_a_live_process_is_not_gone_and_an_ended_one_is():
@@ -34,45 +36,30 @@ def test_the_checks_get_the_owner_of_the_run_that_started_them(monkeypatch):
     assert sharing.labels() == {sharing.LABEL: "build-host/42/7"}
 
 
-def _fake_engine(containers, tags=()):
-    removed = []
-
-    def listing(all, filters):
-        key, _, value = filters["label"].partition("=")
-        return [c for c in containers if key in c.labels and (not value or c.labels[key] == value) and c not in removed]
-
-    def images(name):
-        return [SimpleNamespace(tags=[t]) for t in tags if t.startswith(f"{name}:") and t not in removed]
-
-    for c in containers:
-        c.remove = lambda force, c=c: removed.append(c)
-    engine = SimpleNamespace(containers=SimpleNamespace(list=listing), images=SimpleNamespace(list=images))
-    engine.images.remove = lambda name, noprune: removed.append(name)
-    return engine, removed
-
-
 def test_what_an_ended_run_left_is_removed_and_a_running_runs_is_kept(tmp_path):
     ended = subprocess.Popen(["true"])
     ended.wait()
     dead = sharing.identity().rsplit("/", 2)[0] + f"/{ended.pid}/1"
-    theirs = SimpleNamespace(labels={sharing.LABEL: dead})
-    ours = SimpleNamespace(labels={sharing.LABEL: sharing.identity()})
+    engine = memory_engine()
+    theirs, ours = engine.leave_container(dead), engine.leave_container(sharing.identity())
     their_tag = f"{sharing.WORK_REPOSITORY}:{ended.pid}-1-0123abcd"
     our_tag = sharing.work_tag()
-    client, removed = _fake_engine([theirs, ours], [their_tag, our_tag])
+    for tag in (their_tag, our_tag):
+        engine.store.add(tag)
     kept_folder = sharing.private_folder(tmp_path, "r26.11-torch-2.13.0-openblas")
     left_folder = tmp_path / f"{dead.replace('/', '+')}+r26.11-torch-2.13.0-openblas"
     (left_folder / "final").mkdir(parents=True)
 
-    said = sharing.remove_leftovers(client, tmp_path)
+    said = sharing.remove_leftovers(engine, tmp_path)
 
-    assert removed == [theirs, their_tag]
+    assert [c for c in engine.store.calls if c.startswith("remove")] == [f"remove container {theirs}", f"remove {their_tag}"]
+    assert list(engine.store.containers) == [ours] and our_tag in engine.store.names
     assert not left_folder.exists() and kept_folder.is_dir()
     assert said == [f"1 container(s) of {dead}", their_tag, str(left_folder)]
     # What a run says of it, in one line; nothing when nothing was left.
-    assert sharing.sweep(client, tmp_path) == []
+    assert sharing.sweep(engine, tmp_path) == []
     (left_folder / "final").mkdir(parents=True)
-    assert sharing.sweep(client, tmp_path) == [f"torchstack: removed what ended runs left behind: {left_folder}"]
+    assert sharing.sweep(engine, tmp_path) == [f"torchstack: removed what ended runs left behind: {left_folder}"]
 
 
 def test_a_second_run_waits_for_the_lock_saying_so_once(tmp_path):
@@ -202,11 +189,12 @@ def test_a_containers_output_is_read_once_it_has_ended_and_the_container_removed
     ended = _Ended(0)
     created = []
     client = SimpleNamespace(containers=SimpleNamespace(create=lambda image, command, **options: created.append(options) or ended))
-    assert sharing.output_of(client, "img", ["true"], network_mode="none") == b"out\n"
+    engine = DockerEngine("docker", "unix:///x.sock", "a test's", sdk=client)
+    assert engine.output_of("img", ["true"], network_mode="none") == b"out\n"
     assert ended.calls == ["start", "wait", "logs True False", "remove"]
     assert created[0]["labels"] == sharing.labels() and created[0]["network_mode"] == "none"
     failed = _Ended(3)
     client.containers.create = lambda image, command, **options: failed
-    with pytest.raises(docker.errors.ContainerError):
-        sharing.output_of(client, "img", ["false"])
+    with pytest.raises(CommandFailed, match="^false in img exited 3: err$"):
+        engine.output_of("img", ["false"])
     assert failed.calls[-1] == "remove"

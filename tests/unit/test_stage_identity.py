@@ -30,7 +30,7 @@ def test_release_tag_and_plugins_stay_out_of_earlier_stages(plan_for):
     for stage in LOWER:
         labels = stage_labels(first, first.stage(stage))
         assert "io.torchstack.backend" not in labels and "io.torchstack.release" not in labels
-        info = json.loads(labels["io.torchstack.making-info"])
+        info = json.loads(labels["io.torchstack.build-info"])
         assert not {"backend", "release", "release_tag", "plugins", "toolkit"} & set(info), info
 
 

@@ -20,16 +20,26 @@ import secrets
 import shutil
 import signal
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-
-import docker
-import docker.errors
+from typing import Protocol
 
 LABEL = "io.torchstack.owner"
 WORK_REPOSITORY = "torchstack-work"  # work_tag
 ENV = "TORCHSTACK_OWNER"
 PR_SET_PDEATHSIG = 1  # the owner a run hands to the processes it starts (the checks' pytest)
+
+
+class Engine(Protocol):
+    """What this module asks of an engine (engines/engine.py's Engine, connected): its containers, its images' names."""
+
+    def containers_labelled(self, label: str) -> list[tuple[str, Mapping[str, str]]]: ...
+
+    def remove_container(self, container_id: str) -> None: ...
+
+    def images_named(self, repository: str) -> list: ...
+
+    def remove_image(self, name: str, prune: bool = False) -> bool: ...
 
 
 class Terminated(KeyboardInterrupt):
@@ -82,22 +92,6 @@ def labels() -> dict[str, str]:
     return {LABEL: owner()}
 
 
-def output_of(client: docker.DockerClient, image: str, command: list[str], stderr: bool = False, **options) -> bytes:
-    """What `command` prints (stdout; with `stderr`, both) in a new container of `image`, which carries
-    this run's owner and is removed after. Read once the container has ended, not followed while it
-    runs as the SDK's `containers.run` does: Podman 5's API often answers such a follower of a container
-    that ended at once with nothing. A non-zero exit raises the SDK's ContainerError, with its stderr."""
-    container = client.containers.create(image, command, labels=labels(), **options)
-    try:
-        container.start()
-        code = container.wait()["StatusCode"]
-        if code != 0:
-            raise docker.errors.ContainerError(container, code, command, image, container.logs(stdout=False, stderr=True))
-        return container.logs(stdout=True, stderr=stderr)
-    finally:
-        container.remove(force=True)
-
-
 def gone(who: str) -> bool:
     """Whether `who` (an owner) is known to have ended: a process of this host that is not running
     (or a new process under its pid). One of another host cannot be judged here: not gone."""
@@ -116,12 +110,11 @@ def work_tag() -> str:
     return f"{WORK_REPOSITORY}:{pid}-{_started(pid)}-{secrets.token_hex(4)}"
 
 
-def remove_containers(client: docker.DockerClient, who: str | None = None) -> int:
+def remove_containers(engine: Engine, who: str | None = None) -> int:
     """Remove the containers of owner `who` (default: this run's); how many."""
-    found = client.containers.list(all=True, filters={"label": f"{LABEL}={who or owner()}"})
-    for container in found:
-        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-            container.remove(force=True)
+    found = engine.containers_labelled(f"{LABEL}={who or owner()}")
+    for container_id, _ in found:
+        engine.remove_container(container_id)
     return len(found)
 
 
@@ -132,20 +125,18 @@ def private_folder(parent: Path, name: str) -> Path:
     return folder
 
 
-def remove_leftovers(client: docker.DockerClient, folders: Path) -> list[str]:
+def remove_leftovers(engine: Engine, folders: Path) -> list[str]:
     """Remove what runs that ended without cleaning up (SIGKILL) left: their containers, their work
     tags (work_tag) and their private folders under `folders`. What was removed, one phrase each."""
     removed = []
-    ended = {c.labels[LABEL] for c in client.containers.list(all=True, filters={"label": LABEL}) if gone(c.labels.get(LABEL, ""))}
+    ended = {labels[LABEL] for _, labels in engine.containers_labelled(LABEL) if gone(labels.get(LABEL, ""))}
     for who in sorted(ended):
-        removed.append(f"{remove_containers(client, who)} container(s) of {who}")
-    for image in client.images.list(name=WORK_REPOSITORY):
+        removed.append(f"{remove_containers(engine, who)} container(s) of {who}")
+    for image in engine.images_named(WORK_REPOSITORY):
         for name in image.tags:
             pid, _, started = name.partition(":")[2].rpartition("-")[0].partition("-")
-            if name.startswith(f"{WORK_REPOSITORY}:") and gone(f"{socket.gethostname()}/{pid}/{started}"):
-                with contextlib.suppress(docker.errors.APIError):
-                    client.images.remove(name, noprune=True)
-                    removed.append(name)
+            if name.startswith(f"{WORK_REPOSITORY}:") and gone(f"{socket.gethostname()}/{pid}/{started}") and engine.remove_image(name):
+                removed.append(name)
     for folder in sorted(folders.glob("*+*+*+*")) if folders.is_dir() else ():
         host, pid, started, _ = folder.name.split("+", 3)
         if gone(f"{host}/{pid}/{started}"):
@@ -154,9 +145,9 @@ def remove_leftovers(client: docker.DockerClient, folders: Path) -> list[str]:
     return removed
 
 
-def sweep(client: docker.DockerClient, folders: Path) -> list[str]:
+def sweep(engine: Engine, folders: Path) -> list[str]:
     """remove_leftovers, said in one line for the run's output (no line when nothing was left)."""
-    left = remove_leftovers(client, folders)
+    left = remove_leftovers(engine, folders)
     return [f"torchstack: removed what ended runs left behind: {'; '.join(left)}"] if left else []
 
 

@@ -12,7 +12,7 @@ import docker
 import docker.errors
 
 from torchstack.base.errors import EngineUnavailable, UsageProblem
-from torchstack.engines import buildkit
+from torchstack.engines import buildkit, docker_api
 from torchstack.engines.docker_engine import DockerEngine
 from torchstack.engines.engine import Engine
 from torchstack.engines.podman_engine import PodmanEngine
@@ -20,6 +20,9 @@ from torchstack.engines.podman_engine import PodmanEngine
 DOCKER_SOCKET = Path("/var/run/docker.sock")
 PODMAN_ROOT_SOCKET = Path("/run/podman/podman.sock")  # `podman system service` as root, podman.socket's path
 
+
+# What the SDK raises when an engine fails, for the command line's last word (one line, no traceback).
+FAILURES = docker_api.FAILURES
 
 # Each kind of engine the toolkit drives, by the name `--engine` and the summary give it: a new
 # Docker-API-compatible engine is one module (its Engine) and one line here.
@@ -78,9 +81,9 @@ def kind_of(version: dict) -> str:
     return next((kind for kind, engine in KINDS.items() if engine.names_itself(version)), "docker")
 
 
-def connect(chosen: Engine) -> tuple[docker.DockerClient, Engine]:
-    """A client for the chosen engine, and the engine as it says it is; or one clear error naming
-    what to start or install."""
+def connect(chosen: Engine) -> Engine:
+    """The chosen engine as it says it is, with its client: what the toolkit holds to have it work;
+    or one clear error naming what to start or install."""
     try:
         client = docker.DockerClient(base_url=chosen.url, timeout=600)
         version = client.version()
@@ -98,7 +101,7 @@ def connect(chosen: Engine) -> tuple[docker.DockerClient, Engine]:
         info = client.info()
     except (docker.errors.DockerException, OSError) as exc:
         raise EngineUnavailable(f"the engine at {chosen.url} answers /version but not /info: {str(exc)[:200]}") from None
-    return client, described(chosen, version, info)
+    return replace(described(chosen, version, info), sdk=client)
 
 
 def described(chosen: Engine, version: dict, info: dict) -> Engine:
@@ -126,7 +129,7 @@ def settle_builder(choice: str, compiles_torch: bool, chosen: Engine) -> str:
 
 def why_not_reproducible(chosen: Engine, wanted: str) -> str | None:
     """The verdict of the builder `wanted` means on `chosen` (connected or not: its release is asked for)."""
-    return with_release(chosen).builder(None, wanted).why_not_reproducible()
+    return with_release(chosen).builder(wanted).why_not_reproducible()
 
 
 def with_release(chosen: Engine) -> Engine:

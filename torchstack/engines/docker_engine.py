@@ -8,9 +8,8 @@ import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-import docker
-
 from torchstack.engines.builders import BuildKitBuilder, LegacyBuilder
+from torchstack.engines.docker_api import DockerApi
 from torchstack.engines.engine import SETUP, Builder, Engine, numbers, reason
 
 BUILDKIT = "buildx"  # --builder's word for BuildKit; "docker" is the legacy builder's
@@ -23,7 +22,7 @@ def mounts_in_steps(word: str) -> bool:
 
 
 @dataclass(frozen=True)
-class DockerEngine(Engine):
+class DockerEngine(DockerApi, Engine):
     """Docker 20.10 and later. Its two image stores differ as data (`containerd_store`): what an
     image's ID and size are, which layers a step writes."""
 
@@ -47,10 +46,10 @@ class DockerEngine(Engine):
             return "docker"
         return BUILDKIT if compiles_torch or released().buildkit_default else "docker"
 
-    def builder(self, client: docker.DockerClient, wanted: str, buildx_builder: str | None = None) -> Builder:
+    def builder(self, wanted: str, buildx_builder: str | None = None) -> Builder:
         if wanted == BUILDKIT:
-            return BuildKitBuilder(client, self, buildx_builder)
-        return LegacyBuilder(client, self)
+            return BuildKitBuilder(self.sdk, self, buildx_builder)
+        return LegacyBuilder(self.sdk, self)
 
     def login_hint(self, host: str) -> str:
         return f"log in with `docker login {host}` (credentials are read from the Docker config)"

@@ -3,19 +3,46 @@
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-import docker
-import docker.errors
-
 from torchstack.base import redact
-from torchstack.base.errors import UsageProblem
+from torchstack.base.errors import ToolkitError, UsageProblem
 from torchstack.engines.buildjob import BuildJob, BuildResult
 
 SETUP = "scripts/setup-host.sh"
+
+
+class NoSuchImage(ToolkitError):
+    """The engine has no image of that name or ID."""
+
+
+class EngineRefused(ToolkitError):
+    """The engine refused an operation; the message is its words, in one line."""
+
+
+class CommandFailed(ToolkitError):
+    """A command in a container of the image ended with a non-zero exit status; `stderr` is what it said."""
+
+    def __init__(self, image: str, command: list[str], exit_status: int, stderr: bytes):
+        said = " ".join(stderr.decode(errors="replace").split())[:300]
+        super().__init__(f"{' '.join(command)[:120]} in {image} exited {exit_status}: {said}")
+        self.exit_status, self.stderr = exit_status, stderr
+
+
+@dataclass(frozen=True)
+class Image:
+    """An image as the engine's store holds it."""
+
+    id: str  # the store's ID: the configuration's digest, or on Docker's containerd store the manifest's
+    tags: tuple[str, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    size: int = 0  # as the engine counts it (Engine.sizes)
+    architecture: str = ""  # amd64, arm64, s390x
+    created: str = ""  # its configuration's `created`, RFC 3339
+    config: Mapping[str, object] = field(default_factory=dict)  # its configuration's `config`: Env, Labels, Entrypoint, ...
 
 
 @dataclass(frozen=True)
@@ -32,6 +59,7 @@ class Engine:
     api_version: str = ""  # the newest API it speaks
     min_api_version: str = ""  # the oldest API it accepts (Docker 29: 1.44)
     store: str = ""  # where it keeps images: containerd (Docker's containerd image store), overlay2, ... (podman: its storage driver)
+    sdk: object = field(default=None, repr=False, compare=False, kw_only=True)  # its kind's client, once connected (connection.connect)
 
     cli: ClassVar[str] = ""  # its command, as messages name it
     takes_stages_by_name: ClassVar[bool] = False  # an earlier stage here (or pulled) under its content name is taken as it is
@@ -75,6 +103,63 @@ class Engine:
         make every engine update a new image."""
         return {"kind": self.kind, "store": self.store}
 
+    # What the toolkit asks the engine to do (docker_api.DockerApi does it over Docker's API).
+
+    def image(self, name: str) -> Image:
+        """The image `name` (or ID) names here; NoSuchImage where there is none."""
+        raise NotImplementedError
+
+    def has_image(self, name: str) -> bool:
+        try:
+            self.image(name)
+        except NoSuchImage:
+            return False
+        return True
+
+    def pull(self, reference: str, platform: str | None = None) -> str | None:
+        """Pull `reference`; None when it came, else why not (one line)."""
+        raise NotImplementedError
+
+    def tag(self, image: str, name: str) -> None:
+        """Give the image `image` (a name or ID) the name REPOSITORY:TAG `name` too."""
+        raise NotImplementedError
+
+    def remove_image(self, name: str, prune: bool = False) -> bool:
+        """Remove the name `name` (with `prune`, the layers only it held too); whether it was removed."""
+        raise NotImplementedError
+
+    def images_named(self, repository: str) -> list[Image]:
+        """The images of `repository` (their ID, tags, labels)."""
+        raise NotImplementedError
+
+    def save(self, image: str) -> Iterator[bytes]:
+        """The image exported as `docker save` writes it (an archive of its manifest, configuration, layers)."""
+        raise NotImplementedError
+
+    def push(self, repository: str, tag: str) -> Iterator[dict]:
+        """Push REPOSITORY:TAG, as the engine streams its progress: Docker's push events (`status`, `id`;
+        `error` where the registry refused; a `digest: sha256:...` status at the end)."""
+        raise NotImplementedError
+
+    def output_of(self, image: str, command: list[str], stderr: bool = False, **options) -> bytes:
+        """What `command` prints (stdout; with `stderr`, both) in a new container of `image`, which carries
+        this run's owner (sharing.labels) and is removed after; CommandFailed on a non-zero exit.
+        `options`: entrypoint, platform, network_mode, environment, volumes, user."""
+        raise NotImplementedError
+
+    def files_of(self, image: str, paths: list[str]) -> dict[str, list[bytes]]:
+        """The files at `paths` in `image`, read without running it: each path's regular files' contents
+        (one for a file, each of a folder's); a path the image lacks is left out."""
+        raise NotImplementedError
+
+    def containers_labelled(self, label: str) -> list[tuple[str, Mapping[str, str]]]:
+        """Each container (running or not) that carries `label` (NAME or NAME=VALUE): its ID, its labels."""
+        raise NotImplementedError
+
+    def remove_container(self, container_id: str) -> None:
+        """Remove the container, running or not; one already gone is no error."""
+        raise NotImplementedError
+
     # What each kind answers in its own way.
 
     def builder_word(self, compiles_torch: bool, buildx_installed: Callable[[], bool], released: Callable[[], Engine]) -> str:
@@ -82,13 +167,13 @@ class Engine:
         it asks when it needs it: whether buildx is installed, the engine with its release."""
         raise NotImplementedError
 
-    def builder(self, client: docker.DockerClient, wanted: str, buildx_builder: str | None = None) -> Builder:
+    def builder(self, wanted: str, buildx_builder: str | None = None) -> Builder:
         """The builder a plan's `wanted` (--builder's word, settled) means on this engine."""
         raise NotImplementedError
 
     def builder_name(self, wanted: str) -> str:
         """The name (buildkit, legacy, buildah: the summary's) of the builder `wanted` means here."""
-        return self.builder(None, wanted).name
+        return self.builder(wanted).name
 
     def login_hint(self, host: str) -> str:
         """What a registry's refused login tells the user to do."""
@@ -125,7 +210,7 @@ class Engine:
         """One line, before any work, for a package index whose URL carries a login (a user, a token) where the
         builder `wanted` (--builder's word, settled) means here has no secret mounts: pip's configuration
         would go into the build context, and from there into a layer the engine's build cache keeps."""
-        if not index_url or urllib.parse.urlsplit(index_url).username is None or self.builder(None, wanted).mounts_secrets:
+        if not index_url or urllib.parse.urlsplit(index_url).username is None or self.builder(wanted).mounts_secrets:
             return
         raise UsageProblem(
             f"--pip-index-url {redact.url(index_url)} carries a login, which the {self.builder_name(wanted)} builder would "
@@ -141,7 +226,7 @@ class Builder:
     builds one image (BuildJob), whether a step may start FROM an image ID, and why its images cannot
     be made again bit for bit (None where they can)."""
 
-    client: docker.DockerClient
+    client: object  # the engine's SDK client (Engine.sdk), which builds through it; None where nothing is built
     engine: Engine
     name = ""  # buildkit | legacy | buildah: its name in the plan and the summary
     builds_from_ids = True  # BuildKit reads `FROM sha256:...` as a registry's name
@@ -168,33 +253,8 @@ class BuildRun:
     note: Callable[[str], None]  # a line for the person watching (progress.BuildView.note)
 
     @property
-    def client(self) -> docker.DockerClient:
-        return self.builder.client
-
-    @property
     def engine(self) -> Engine:
         return self.builder.engine
-
-
-def image_size(client: docker.DockerClient, image: str) -> int:
-    return int(client.images.get(image).attrs.get("Size", 0))
-
-
-def image_exists(client: docker.DockerClient, image: str) -> bool:
-    try:
-        client.images.get(image)
-        return True
-    except docker.errors.ImageNotFound:
-        return False
-
-
-def pull(client: docker.DockerClient, reference: str, platform: str) -> str | None:
-    """Pull `reference`; None when it came, else why not (one line)."""
-    try:
-        client.images.pull(reference, platform=platform)
-    except (docker.errors.APIError, docker.errors.ImageNotFound) as exc:
-        return " ".join(str(exc.explanation or exc).split())[:200]
-    return None
 
 
 def reason(exc: Exception) -> str:

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import docker
-
 from torchstack.engines.builders import PodmanBuilder
+from torchstack.engines.docker_api import DockerApi
 from torchstack.engines.engine import SETUP, Builder, Engine, numbers, reason
 
 # The oldest Podman builds are tried with (Debian 12's): its own build endpoint with every date given
@@ -26,7 +25,7 @@ PODMAN_REFUSES = {
 
 
 @dataclass(frozen=True)
-class PodmanEngine(Engine):
+class PodmanEngine(DockerApi, Engine):
     """Podman 4.3 and later, through its API service (`podman system service`, podman.socket). Its
     builder reuses only steps it made itself, so an earlier stage another host built is taken by
     its content name (`takes_stages_by_name`)."""
@@ -43,8 +42,8 @@ class PodmanEngine(Engine):
     def builder_word(self, compiles_torch: bool, buildx_installed: Callable[[], bool], released: Callable[[], Engine]) -> str:
         return "docker"  # its builder, behind the legacy build API's word
 
-    def builder(self, client: docker.DockerClient, wanted: str, buildx_builder: str | None = None) -> Builder:
-        return PodmanBuilder(client, self)
+    def builder(self, wanted: str, buildx_builder: str | None = None) -> Builder:
+        return PodmanBuilder(self.sdk, self)
 
     def login_hint(self, host: str) -> str:
         return f"log in with `podman login {host}` (Podman's service reads its auth.json, then the Docker config)"

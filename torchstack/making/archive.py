@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import io
 import json
 import lzma
 import os
 import re
 import subprocess
-import tarfile
 import tempfile
 import urllib.error
 import urllib.request
@@ -24,12 +22,12 @@ from dataclasses import dataclass
 from http.client import HTTPException
 from pathlib import Path
 
-import docker
 from debian.debian_support import Version
 
-from torchstack.base import redact, sharing
+from torchstack.base import redact
 from torchstack.base.errors import ToolkitError, UsageProblem
 from torchstack.base.state import state_dir
+from torchstack.engines.engine import Engine
 from torchstack.request.plan import AptSources, Suite
 
 DEBIAN_KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
@@ -179,16 +177,10 @@ def require_suites(apt: AptSources) -> list[dict]:
     return found
 
 
-def installed(client: docker.DockerClient, image: str) -> dict[str, str]:
+def installed(engine: Engine, image: str) -> dict[str, str]:
     """Package -> version of every Debian package installed in `image`, read from dpkg's status
     file without running the image."""
-    container = client.containers.create(image, entrypoint=["/bin/true"], command=[], labels=sharing.labels())
-    try:
-        stream, _ = container.get_archive(DPKG_STATUS)
-        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
-            text = archive.extractfile(archive.getmembers()[0]).read().decode()
-    finally:
-        container.remove(force=True)
+    text = b"".join(engine.files_of(image, [DPKG_STATUS]).get(DPKG_STATUS) or ()).decode()
     found = {}
     for stanza in text.split("\n\n"):
         fields = dict(re.findall(r"^([\w-]+): (.*)$", stanza, re.MULTILINE))
@@ -214,21 +206,10 @@ def describe(pending: list[Upgrade], suite: str) -> str:
     return f"{len(pending)} installed package{'s' if len(pending) != 1 else ''} with a newer version in {suite}: {first}{more}"
 
 
-def image_sources(client: docker.DockerClient, image: str) -> AptSources:
+def image_sources(engine: Engine, image: str) -> AptSources:
     """The suites an image's own apt sources name (one-line and deb822 files alike), with the kind
     each suite's name says: what `test` checks any image against."""
-    container = client.containers.create(image, entrypoint=["/bin/true"], command=[], labels=sharing.labels())
-    texts = []
-    try:
-        for path in SOURCES:
-            try:
-                stream, _ = container.get_archive(path)
-            except docker.errors.NotFound:
-                continue
-            with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
-                texts += [archive.extractfile(m).read().decode() for m in archive.getmembers() if m.isfile()]
-    finally:
-        container.remove(force=True)
+    texts = [content.decode() for files in engine.files_of(image, list(SOURCES)).values() for content in files]
     suites = []
     for text in texts:
         for url, names in source_entries(text):
@@ -238,14 +219,14 @@ def image_sources(client: docker.DockerClient, image: str) -> AptSources:
     return AptSources(tuple(dict.fromkeys(suites)))
 
 
-def pending_in(client: docker.DockerClient, image: str, keyring: Path | None = None) -> tuple[list[Upgrade], str]:
+def pending_in(engine: Engine, image: str, keyring: Path | None = None) -> tuple[list[Upgrade], str]:
     """Any image's installed packages with a newer version in the -security suites its own apt
     sources name (`test`), and those suites' names."""
-    security = image_sources(client, image).security
+    security = image_sources(engine, image).security
     if not security:
         raise ArchiveUnreachable("its apt sources name no -security suite")
-    arch = client.images.get(image).attrs["Architecture"]  # amd64, arm64, s390x: Debian's names too
-    return newer(installed(client, image), security, arch, keyring), ", ".join(s.name for s in security)
+    arch = engine.image(image).architecture  # amd64, arm64, s390x: Debian's names too
+    return newer(installed(engine, image), security, arch, keyring), ", ".join(s.name for s in security)
 
 
 def source_entries(text: str) -> list[tuple[str, list[str]]]:

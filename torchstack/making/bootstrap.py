@@ -8,13 +8,11 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import docker
-
 from torchstack.base.errors import BuildFailed, ToolkitError
 from torchstack.base.layout import APT_LEFTOVERS
 from torchstack.base.reproducible import FILE_EPOCH, set_times
 from torchstack.engines.buildjob import BuildahSettings, BuildJob, BuildKitSettings
-from torchstack.engines.engine import Builder, image_exists
+from torchstack.engines.engine import Builder
 from torchstack.making.archive import DEBIAN_KEYRING
 from torchstack.request.plan import Plan
 
@@ -45,18 +43,17 @@ def ensure_base_image(builder: Builder, plan: Plan, force: bool = False, scratch
     suites, as Debian's own images are: the release, its -updates and -security suites, which its
     apt sources keep naming. `scratch`: where the root file system is made (the run's private
     folder, which the next run removes if this one is killed)."""
-    image, client = plan.base_image, builder.client
-    if not force and image_exists(client, image):
+    image, engine = plan.base_image, builder.engine
+    if not force and engine.has_image(image):
         return image
     if not plan.base_is_bootstrapped:
-        try:
-            client.images.pull(image, platform=plan.platform)
+        problem = engine.pull(image, platform=plan.platform)
+        if problem is None:
             return image
-        except docker.errors.APIError as exc:
-            raise ToolkitError(
-                f"base image {image} is not here and cannot be pulled ({exc.explanation or exc}); "
-                "leave out --base-image to bootstrap Debian from its archive instead"
-            ) from None
+        raise ToolkitError(
+            f"base image {image} is not here and cannot be pulled ({problem}); "
+            "leave out --base-image to bootstrap Debian from its archive instead"
+        )
     with tempfile.TemporaryDirectory(prefix="torchstack-rootfs-", dir=scratch) as work:
         _mmdebstrap(plan, Path(work) / "rootfs.tar")
         _load(builder, plan, Path(work))

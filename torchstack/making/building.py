@@ -9,7 +9,6 @@ from pathlib import Path
 
 from torchstack.base import reproducible, sharing, state
 from torchstack.base.errors import ToolkitError
-from torchstack.engines import engine
 from torchstack.engines.buildjob import BuildahSettings, BuildJob, BuildKitSettings, BuildProgress
 from torchstack.engines.engine import BuildRun, Engine
 from torchstack.making import bootstrap
@@ -30,11 +29,11 @@ class Interrupted(ToolkitError):
         self.exit_code = exit_code
 
 
-def _pull_cache(client, plan: Plan, registry: str, name: str, note) -> str | None:
+def _pull_cache(engine: Engine, plan: Plan, registry: str, name: str, note) -> str | None:
     """`name` as the --cache-from registry holds it, pulled; None (and one warning line) when the
     pull fails, and the stage builds here."""
     remote = tags.remote_name(registry, name)
-    problem = engine.pull(client, remote, plan.platform)
+    problem = engine.pull(remote, plan.platform)
     if problem:
         note(f"torchstack: warning: --cache-from: no {remote} ({problem}); building it here")
         return None
@@ -53,7 +52,7 @@ def _say_if_unreadable(remote: str, note) -> None:
         note(f"torchstack: warning: --cache-from: no {remote} ({problem}); building it here")
 
 
-def _cache_source(client, plan: Plan, stage: StagePlan, registry: str | None, note) -> str | None:
+def _cache_source(engine: Engine, plan: Plan, stage: StagePlan, registry: str | None, note) -> str | None:
     """With --cache-from REGISTRY, the image whose steps the legacy builder may reuse for `stage`:
     this engine's own image of it when it has one, else the registry's (under the name --push
     sends it as), pulled. Once given a source, the legacy builder reuses only the source's steps,
@@ -61,12 +60,12 @@ def _cache_source(client, plan: Plan, stage: StagePlan, registry: str | None, no
     that way: so even the engine's own image is named, not left to its cache."""
     if not registry:
         return None
-    if engine.image_exists(client, stage.image):
+    if engine.has_image(stage.image):
         return stage.image
-    return _pull_cache(client, plan, registry, tags.pushed_as(plan, stage), note)
+    return _pull_cache(engine, plan, registry, tags.pushed_as(plan, stage), note)
 
 
-def _taken_by_name(client, plan: Plan, stage: StagePlan, run: RunOptions, note) -> str | None:
+def _taken_by_name(engine: Engine, plan: Plan, stage: StagePlan, run: RunOptions, note) -> str | None:
     """On Podman, an earlier stage whose image is here, or in the --cache-from registry, under its
     content name (metadata.stage_image: a digest of everything that goes into it) is taken as it
     is: "cached" or "pulled"; None when it is to be built (always the release stage, whose name is
@@ -74,11 +73,10 @@ def _taken_by_name(client, plan: Plan, stage: StagePlan, run: RunOptions, note) 
     itself, so this is how a Podman host takes what another host built."""
     if stage.name == RELEASE_STAGE or run.no_cache:
         return None
-    if engine.image_exists(client, stage.image):
+    if engine.has_image(stage.image):
         return "cached"
-    if run.cache_from and (remote := _pull_cache(client, plan, run.cache_from, tags.pushed_as(plan, stage), note)):
-        repository, _, tag = stage.image.rpartition(":")
-        client.images.get(remote).tag(repository, tag)
+    if run.cache_from and (remote := _pull_cache(engine, plan, run.cache_from, tags.pushed_as(plan, stage), note)):
+        engine.tag(remote, stage.image)
         return "pulled"
     return None
 
@@ -87,12 +85,11 @@ def base_image(build: BuildRun, plan: Plan, run: RunOptions) -> str:
     """The OS image: here already, pulled from --cache-from's registry (the very image the stages
     there were built on: one bootstrapped here would differ, and no step would match), else made
     as bootstrap.ensure_base_image makes it."""
-    client = build.client
-    if plan.base_is_bootstrapped and run.cache_from and not engine.image_exists(client, plan.base_image):
-        remote = _pull_cache(client, plan, run.cache_from, plan.base_image, build.note)
+    engine = build.engine
+    if plan.base_is_bootstrapped and run.cache_from and not engine.has_image(plan.base_image):
+        remote = _pull_cache(engine, plan, run.cache_from, plan.base_image, build.note)
         if remote:
-            repository, _, tag = plan.base_image.rpartition(":")
-            client.images.get(remote).tag(repository, tag)
+            engine.tag(remote, plan.base_image)
     return bootstrap.ensure_base_image(build.builder, plan, scratch=build.contexts)
 
 
@@ -115,16 +112,16 @@ def build_stages(
     """Build each stage of the plan in order, or take it as it is. Each under a lock among this
     host's runs (sharing.lock): equal runs at once make, and tag, the very same images. The secrets
     go to the steps as the builder takes them: mounted where it mounts secrets, else in the context."""
-    client, secrets = build.client, dataclasses.replace(secrets, mounted=build.builder.mounts_secrets)
+    engine, secrets = build.engine, dataclasses.replace(secrets, mounted=build.builder.mounts_secrets)
     for stage, report in zip(plan.stages, reports, strict=True):
         assemble_context(plan, stage, build.contexts / stage.name, source_files, secrets)
         progress = view.start(report)
-        with lock(build.engine, stage.image, view):
-            taken = _taken_by_name(client, plan, stage, run, view.note) if build.engine.takes_stages_by_name else None
+        with lock(engine, stage.image, view):
+            taken = _taken_by_name(engine, plan, stage, run, view.note) if engine.takes_stages_by_name else None
             if taken:
                 report.status, report.cached, report.seconds = taken, True, time.monotonic() - progress.started
-                report.size_bytes = engine.image_size(client, stage.image)
-                report.image_id = client.images.get(stage.image).id
+                found = engine.image(stage.image)
+                report.size_bytes, report.image_id = found.size, found.id
                 continue
             try:
                 result = build.builder.build(_stage_job(build, plan, stage, run, view, secrets, progress))
@@ -142,7 +139,7 @@ def build_stages(
         report.cached = result.cached
         report.builder = build.builder.name
         report.ran = list(result.ran)
-        report.size_bytes = engine.image_size(client, stage.image)
+        report.size_bytes = engine.image(stage.image).size
         report.image_id = result.image_id
         report.status = "cached" if result.cached else "built"
 
@@ -157,7 +154,7 @@ def _stage_job(
         cache = (tags.remote_name(run.cache_from, tags.pushed_as(plan, stage)),)
         _say_if_unreadable(cache[0], view.note)
     elif run.cache_from and builder.reads_cache_from_images:
-        cache = tuple(filter(None, [_cache_source(build.client, plan, stage, run.cache_from, view.note)]))
+        cache = tuple(filter(None, [_cache_source(build.engine, plan, stage, run.cache_from, view.note)]))
     return BuildJob(
         context=build.contexts / stage.name,
         tag=stage.image,

@@ -18,12 +18,10 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
-import docker.errors
-
 from torchstack.base import layout, reproducible, sharing, state
 from torchstack.base.errors import ToolkitError
 from torchstack.engines.buildjob import BuildahSettings, BuildJob, BuildKitSettings, BuildResult
-from torchstack.engines.engine import BuildRun
+from torchstack.engines.engine import BuildRun, Engine
 from torchstack.making import archive, sbom
 from torchstack.making.render import records_dockerfile, refresh_context
 from torchstack.registries import registry
@@ -41,12 +39,11 @@ class SecurityUpdatesPending(ToolkitError):
 def refresh(build: BuildRun, plan: Plan, image: str) -> tuple[str, list[archive.Upgrade]]:
     """The final stage's `image` with what the plan's suites hold newer (one layer), and those
     upgrades; `image` itself with --no-security-updates or a --base-image of the user's."""
-    client = build.client
-    found = client.images.get(image)
+    found = build.engine.image(image)
     if not plan.apt.updates or not plan.base_is_bootstrapped:
         return found.id, []
     try:
-        upgrades = archive.newer(archive.installed(client, found.id), plan.apt.suites, plan.arch.debian, plan.apt.keyring)
+        upgrades = archive.newer(archive.installed(build.engine, found.id), plan.apt.suites, plan.arch.debian, plan.apt.keyring)
     except archive.ArchiveUnreachable as exc:
         raise ToolkitError(f"the Debian suites could not be read to bring the image up to date ({exc}); no tag was applied") from None
     context = build.contexts / "refresh"
@@ -69,12 +66,11 @@ def _buildable(build: BuildRun, image_id: str) -> Iterator[str]:
         yield image_id
         return
     name = sharing.work_tag()
-    build.client.images.get(image_id).tag(*name.split(":"))
+    build.engine.tag(image_id, name)
     try:
         yield name
     finally:
-        with contextlib.suppress(docker.errors.APIError):
-            build.client.images.remove(name, noprune=True)
+        build.engine.remove_image(name)
 
 
 def _build_layer(build: BuildRun, plan: Plan, context: Path, labels: dict[str, str], dated: int) -> BuildResult:
@@ -95,7 +91,7 @@ def _build_layer(build: BuildRun, plan: Plan, context: Path, labels: dict[str, s
     return build.builder.build(job)
 
 
-def gate(client, plan: Plan, image: str) -> str:
+def gate(engine: Engine, plan: Plan, image: str) -> str:
     """The release gate: no installed package of `image` has a newer version in the plan's
     -security suite, read now. Refuses (no tag) when one has, or when the suite cannot be read."""
     if not plan.apt.updates or not plan.base_is_bootstrapped:
@@ -103,7 +99,7 @@ def gate(client, plan: Plan, image: str) -> str:
         return f"not checked ({why})"
     suites = plan.apt.security
     try:
-        pending = archive.newer(archive.installed(client, image), suites, plan.arch.debian, plan.apt.keyring)
+        pending = archive.newer(archive.installed(engine, image), suites, plan.arch.debian, plan.apt.keyring)
     except archive.ArchiveUnreachable as exc:
         raise ToolkitError(f"security updates not checked: {exc}; the release tag was not applied") from None
     names = ", ".join(s.name for s in suites)
@@ -135,8 +131,8 @@ def add_records(build: BuildRun, plan: Plan, image: str) -> tuple[str, Path]:
     versions it holds, its SBOM (sbom.SBOM), and the digest of both (CONTENT_LABEL). The release
     image's ID, untagged until its checks pass, and the SBOM's copy next to the build log. Made
     once per image ID; the layer comes from the engine's cache when nothing changed."""
-    client, context = build.client, build.contexts / "sbom"
-    found = client.images.get(image)
+    context = build.contexts / "sbom"
+    found = build.engine.image(image)
     # Dated by the plan: an image ID of Podman's, dated FILE_EPOCH, is made for many SOURCE_DATE_EPOCHs.
     # The engine's kind and image store go into its build-info: another store makes other layers of the
     # same steps, so a rebuild must run on the same one (rebuild.py).
@@ -146,7 +142,7 @@ def add_records(build: BuildRun, plan: Plan, image: str) -> tuple[str, Path]:
     if cached.is_file():
         info, text, content = json.loads(cached.read_text()).values()
     else:
-        inventory = sbom.inventory(client, found.id, plan.platform)
+        inventory = sbom.inventory(build.engine, found.id, plan.platform)
         info = {**confirmed(json.loads(found.labels[sbom.BUILD_INFO_LABEL]), inventory), "engine": made_by}
         text = sbom.document(inventory, info, datetime.fromtimestamp(plan.source_date_epoch, timezone.utc))
         content = "sha256:" + hashlib.sha256(json.dumps({"info": info, "inventory": inventory}, sort_keys=True).encode()).hexdigest()
@@ -184,11 +180,11 @@ def published(remote: str, content: str | None) -> str | None:
     return digest if content is not None and labels.get(CONTENT_LABEL) == content else None
 
 
-def probe(client, plan: Plan, image: str) -> dict:
+def probe(engine: Engine, plan: Plan, image: str) -> dict:
     """What the checked image finds at run time on this machine (scripts/probe.py): KleidiAI in
     torch, NNPA through libzdnn. {} when the plan names no probe."""
     if not plan.probe_args:
         return {}
     entrypoint = ["python3", f"{layout.TOOLKIT_DIR}/probe.py", "--json"]
-    out = sharing.output_of(client, image, list(plan.probe_args), entrypoint=entrypoint, platform=plan.platform, network_mode="none")
+    out = engine.output_of(image, list(plan.probe_args), entrypoint=entrypoint, platform=plan.platform, network_mode="none")
     return json.loads(out.decode().strip().splitlines()[-1])

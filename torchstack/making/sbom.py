@@ -8,26 +8,23 @@ its serial number is derived from the content, its time is the image's creation 
 
 from __future__ import annotations
 
-import io
 import json
 import re
-import tarfile
 import uuid
 from datetime import datetime
 from pathlib import Path
 
-import docker
 from cyclonedx.model import ExternalReference, ExternalReferenceType, HashAlgorithm, HashType, Property, XsUri
 from cyclonedx.model.bom import Bom
 from cyclonedx.model.component import Component, ComponentType
 from cyclonedx.output.json import JsonV1Dot6
 from packageurl import PackageURL
 
-from torchstack.base import sharing
 from torchstack.base.layout import TOOLKIT_DIR, VENV
+from torchstack.engines.engine import Engine, Image
 
 SBOM = f"{TOOLKIT_DIR}/sbom.cdx.json"  # in the release image
-BUILD_INFO_LABEL = "io.torchstack.making-info"
+BUILD_INFO_LABEL = "io.torchstack.build-info"
 # Run in the image by its venv's Python, standard library only: what is installed, as JSON.
 _INVENTORY = r"""
 import importlib.metadata, json, subprocess, sys
@@ -41,12 +38,10 @@ print(json.dumps({"python": [[n, v, lic] for (n, v), lic in python], "debian": d
 """
 
 
-def inventory(client: docker.DockerClient, image: str, platform: str) -> dict:
+def inventory(engine: Engine, image: str, platform: str) -> dict:
     """What `image` holds: [name, version, license expression] per Python distribution of its
     venv, [package, version, architecture, source package] per installed Debian package."""
-    output = sharing.output_of(
-        client, image, [f"{VENV}/bin/python3", "-c", _INVENTORY], entrypoint=[], platform=platform, network_mode="none"
-    )
+    output = engine.output_of(image, [f"{VENV}/bin/python3", "-c", _INVENTORY], entrypoint=[], platform=platform, network_mode="none")
     return json.loads(output.decode().strip().splitlines()[-1])
 
 
@@ -152,18 +147,10 @@ def write(text: str, path: Path) -> Path:
     return path
 
 
-def read_image(client: docker.DockerClient, image: str) -> tuple[docker.models.images.Image, dict, str | None]:
+def read_image(engine: Engine, image: str) -> tuple[Image, dict, str | None]:
     """An image's build-info label and its SBOM file, from the image alone (no container runs):
     what `inspect` shows, for an image built here or pulled from a registry."""
-    found = client.images.get(image)
+    found = engine.image(image)
     info = json.loads(found.labels[BUILD_INFO_LABEL])
-    container = client.containers.create(found.id, entrypoint=["/bin/true"], command=[], labels=sharing.labels())
-    try:
-        stream, _ = container.get_archive(SBOM)
-        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
-            text = archive.extractfile(archive.getmembers()[0]).read().decode()
-    except docker.errors.NotFound:
-        text = None
-    finally:
-        container.remove()
-    return found, info, text
+    files = engine.files_of(found.id, [SBOM]).get(SBOM)
+    return found, info, files[0].decode() if files else None

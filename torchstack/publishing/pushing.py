@@ -15,11 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import docker
-
 from torchstack.base.errors import ToolkitError
-from torchstack.engines.docker_engine import DockerEngine
-from torchstack.engines.engine import Engine
+from torchstack.engines.engine import Engine, EngineRefused
 from torchstack.registries import registry
 from torchstack.registries.logins import LoginRefused
 
@@ -52,34 +49,32 @@ class Pushed:
 
 
 def push(
-    client: docker.DockerClient,
+    engine: Engine,
     local: str,
     remote: str,
     say: Callable[[str], None],
-    engine: Engine | None = None,
     zstd: bool = False,
     scratch: Path | None = None,
 ) -> Pushed:
-    """Tag `local` (an image's name or ID) as `remote` and push it, trying again on a transient
-    failure. The `engine` the client speaks to (Docker's where none is given) says what a refusal's
-    line tells the user to do. With `zstd`, skopeo copies it from the engine's export with zstd
-    layers instead (`_push_zstd`), its export in `scratch` (the run's private folder)."""
+    """Tag `local` (an image's name or ID) as `remote` on `engine` and push it, trying again on a
+    transient failure; the engine says what a refusal's line tells the user to do. With `zstd`,
+    skopeo copies it from the engine's export with zstd layers instead (`_push_zstd`), its export in
+    `scratch` (the run's private folder)."""
     repository, _, tag = remote.rpartition(":")
-    image = client.images.get(local)
-    image.tag(repository, tag)
+    image = engine.image(local)
+    engine.tag(image.id, remote)
     host = repository.split("/", 1)[0]
     if zstd:
-        return _push_zstd(image, remote, say, scratch)
-    engine = engine or DockerEngine("docker", str(client.api.base_url), "the client's")
+        return _push_zstd(engine, image.id, remote, say, scratch)
     if not engine.push_streams_layers:
         say(f"torchstack: pushing {remote} (Podman's API says nothing more until the push is done)")
     for attempt in range(1, ATTEMPTS + 1):
         try:
-            digest, layers, already = _push_once(client, repository, tag, say)
+            digest, layers, already = _push_once(engine, repository, tag, say)
             if not engine.push_streams_layers:  # Podman: the digest alone, checked here
                 _as_checked(f"{repository}@{digest}", image.id, say)
             return Pushed(remote, digest, len(layers) or None, len(already), attempt)
-        except (docker.errors.APIError, _RegistrySaid, OSError) as problem:
+        except (EngineRefused, _RegistrySaid, OSError) as problem:
             message = _one_line(problem)
             if _AUTH.search(message):
                 raise _refused(host, f"the push of {remote}", message, engine.login_hint(host)) from None
@@ -93,7 +88,7 @@ def push(
     raise AssertionError("unreachable")
 
 
-def _push_zstd(image, remote: str, say: Callable[[str], None], scratch: Path | None) -> Pushed:
+def _push_zstd(engine: Engine, image: str, remote: str, say: Callable[[str], None], scratch: Path | None) -> Pushed:
     """`image` (the engine's, tagged `remote`) copied to its registry by skopeo with zstd layers, as an
     OCI manifest: exported by the engine (the SDK's `docker save`, whose API version the SDK agrees
     with the engine: skopeo's own `docker-daemon:` client asks for API 1.22, which Docker 29 refuses),
@@ -107,7 +102,7 @@ def _push_zstd(image, remote: str, say: Callable[[str], None], scratch: Path | N
     with tempfile.TemporaryDirectory(prefix="torchstack-zstd-", dir=scratch) as work:
         exported = Path(work) / "image.tar"
         with exported.open("wb") as out:
-            for chunk in image.save(named=False):
+            for chunk in engine.save(image):
                 out.write(chunk)
         layout, digest_file = f"oci:{Path(work) / 'layout'}:image", Path(work) / "digest"
         compress = ["--quiet", "--format", "oci", "--dest-compress-format", "zstd"]
@@ -158,13 +153,13 @@ class _RegistrySaid(Exception):
     """An error the engine streamed back in the middle of a push."""
 
 
-def _push_once(client, repository: str, tag: str, say: Callable[[str], None]) -> tuple[str, set, set]:
+def _push_once(engine: Engine, repository: str, tag: str, say: Callable[[str], None]) -> tuple[str, set, set]:
     layers: set[str] = set()
     done: set[str] = set()
     already: set[str] = set()
     digest = ""
     said, said_at = 0, 0.0
-    for event in client.api.push(repository, tag=tag, stream=True, decode=True):
+    for event in engine.push(repository, tag):
         if "error" in event:
             raise _RegistrySaid(event.get("errorDetail", {}).get("message") or event["error"])
         status, layer = event.get("status", ""), event.get("id")
@@ -190,11 +185,7 @@ def _push_once(client, repository: str, tag: str, say: Callable[[str], None]) ->
 
 
 def _one_line(problem: BaseException) -> str:
-    if isinstance(problem, docker.errors.APIError):
-        text = str(problem.explanation or problem)
-    else:
-        text = str(problem)
-    return " ".join(text.split())[:300]
+    return " ".join(str(problem).split())[:300]
 
 
 def _cli(tool: str, *args: str) -> str:

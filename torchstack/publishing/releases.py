@@ -31,12 +31,12 @@ def publish_release(
     scheduled rebuild that changed nothing) is neither pushed nor signed again, unless it is not signed
     as --sign asks. --compression zstd applies to the release image; the stages stay gzip, for the
     engines that take them as --cache-from (Docker 20.10 pulls no zstd)."""
-    client, note = build.client, build.note
+    engine, note = build.engine, build.note
     if not pushes or plan.stages[-1].name != RELEASE_STAGE:
         done = Published([_push(build, run, plan, *each) for each in pushes])
         return lazy_index(run, done.pushed[-1].reference, done.pushed[-1].digest, note, done) if pushes else done
     (source, remote, name), stages = pushes[-1], pushes[:-1]
-    content = client.images.get(release.image_id).labels.get(CONTENT_LABEL)
+    content = engine.image(release.image_id).labels.get(CONTENT_LABEL)
     digest = published(remote, content)
     if digest:
         done = Published([_push(build, run, plan, *each) for each in stages])
@@ -67,7 +67,7 @@ def publish_release(
 def _push(build: BuildRun, run: RunOptions, plan: Plan, source: str, remote: str, name: str) -> pushing.Pushed:
     """One image pushed under one name, said in a line (zstd layers where asked, for the release image)."""
     zstd = run.compression == "zstd" and name == plan.top_image
-    each = pushing.push(build.client, source, remote, build.note, build.engine, zstd, build.contexts)
+    each = pushing.push(build.engine, source, remote, build.note, zstd, build.contexts)
     layers = f", {each.layers} layers, {each.already_there} already there" if each.layers else ""
     build.note(f"torchstack: pushed {each.reference} ({each.digest}{layers})")
     return each
@@ -93,7 +93,7 @@ def _dated_push(build: BuildRun, run: RunOptions, plan: Plan, push: tuple, conte
 
 
 def _sign(build: BuildRun, plan: Plan, run: RunOptions, release: ReleaseOutcome, pinned: str, began: datetime, record: dict) -> dict:
-    info = json.loads(build.client.images.get(release.image_id).labels[BUILD_INFO_LABEL])
+    info = json.loads(build.engine.image(release.image_id).labels[BUILD_INFO_LABEL])
     signed = signing.sign_release(plan, info, pinned, run, release.sbom, record, began)
     forms = signing.forms_said(signed, run.signature_format)
     build.note(f"torchstack: signed {signed['reference']}, with its SBOM and provenance attested (cosign, no transparency log): {forms}")
@@ -107,7 +107,7 @@ def _tag(build: BuildRun, source: str, dated: pushing.Pushed, remote: str) -> pu
     where = registry.Registry(ref.host)
     digest, media_type, body = where.manifest_bytes(pushed.repository, dated.digest)
     where.put_manifest(ref.repository, ref.tag, body, media_type)
-    build.client.images.get(source).tag(remote.rpartition(":")[0], ref.tag)
+    build.engine.tag(source, remote)
     build.note(f"torchstack: tagged {remote} ({digest})")
     return dataclasses.replace(dated, reference=remote)
 

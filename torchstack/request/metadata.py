@@ -173,7 +173,7 @@ def stage_labels(plan: Plan, stage: StagePlan) -> dict[str, str]:
             + (f" ({info['target']})" if "target" in info else ""),
             "io.torchstack.arch": plan.arch.name,
             "io.torchstack.stage": stage.name,
-            "io.torchstack.making-info": json.dumps(info, sort_keys=True),
+            "io.torchstack.build-info": json.dumps(info, sort_keys=True),
         }
     info = build_info(plan)
     return {
@@ -193,7 +193,7 @@ def stage_labels(plan: Plan, stage: StagePlan) -> dict[str, str]:
         "io.torchstack.security-updates": "yes: " + " ".join(s.name for s in plan.apt.suites[1:])
         if plan.apt.updates
         else "no (--no-security-updates)",
-        "io.torchstack.making-info": json.dumps(info, sort_keys=True),
+        "io.torchstack.build-info": json.dumps(info, sort_keys=True),
     }
 
 

@@ -15,7 +15,7 @@ from torchstack.base import layout, sharing, state
 from torchstack.base.errors import ChecksFailed, HostNotReady
 from torchstack.catalog.model import Catalog
 from torchstack.catalog.wheels import pip_conf_text
-from torchstack.engines import buildkit, connection, engine
+from torchstack.engines import buildkit, connection
 from torchstack.engines.engine import Builder, BuildRun, Engine
 from torchstack.making import archive, building, sources
 from torchstack.making.release import add_records, gate, probe, refresh
@@ -32,7 +32,7 @@ from torchstack.verify import checks
 
 
 @contextlib.contextmanager
-def _run_scope(client, run: RunOptions, contexts: Path) -> Iterator[BuildSecrets]:
+def _run_scope(chosen: Engine, run: RunOptions, contexts: Path) -> Iterator[BuildSecrets]:
     """The build's secrets, in the run's private folder (`contexts`). It, with the run's build
     contexts (which may hold copies for the legacy builder) and its large work files (the
     bootstrapped root file system, the compiler cache's copy, a zstd export: each made there by
@@ -48,23 +48,23 @@ def _run_scope(client, run: RunOptions, contexts: Path) -> Iterator[BuildSecrets
         yield BuildSecrets(ca_bundle=run.ca_bundle, pip_conf=pip_conf)
     finally:
         shutil.rmtree(contexts, ignore_errors=True)
-        sharing.remove_containers(client)
+        sharing.remove_containers(chosen)
 
 
 def _check_and_tag(build: BuildRun, catalog: Catalog, plan: Plan, run: RunOptions, view: BuildView) -> ReleaseOutcome:
     """The top stage's image (the release stage's: made current, with its records), checked,
     then given its tag: never before its checks and the security gate pass."""
-    top, client = plan.stages[-1], build.client
+    top, engine = plan.stages[-1], build.engine
     checked, sbom_path, upgrades = top.image, None, []
     if top.name == RELEASE_STAGE:
         refreshed, upgrades = refresh(build, plan, top.image)
         checked, sbom_path = add_records(build, plan, refreshed)
     done = ReleaseOutcome(
-        image_id=client.images.get(checked).id, checks="not run (--no-test)", sbom=sbom_path, upgraded=[str(u) for u in upgrades]
+        image_id=engine.image(checked).id, checks="not run (--no-test)", sbom=sbom_path, upgraded=[str(u) for u in upgrades]
     )
     if not run.no_test:
         view.note(f"torchstack: checking {top.image}" + (f" with its SBOM ({checked[:19]})" if checked != top.image else ""))
-        outcome = checks.run_checks(client, build.engine, catalog, checked, backend=plan.backend.name, reuse=not run.recheck)
+        outcome = checks.run_checks(engine, catalog, checked, backend=plan.backend.name, reuse=not run.recheck)
         if not run.quiet:
             print(outcome.output, end="")
         done.checks, done.checks_seconds = outcome.summary, outcome.seconds
@@ -75,14 +75,13 @@ def _check_and_tag(build: BuildRun, catalog: Catalog, plan: Plan, run: RunOption
             which = f": {', '.join(outcome.failed)}" if outcome.failed else ""
             raise ChecksFailed(f"checks of {top.image} failed ({outcome.summary}{which}); the release tag was not applied")
         if top.name == RELEASE_STAGE:
-            done.probes = probe(client, plan, checked)
+            done.probes = probe(engine, plan, checked)
             for answer in done.probes.values():
                 view.note(f"torchstack: on this machine: {answer['says']}")
     if top.name == RELEASE_STAGE:
-        done.security = gate(client, plan, checked)
+        done.security = gate(engine, plan, checked)
         view.note(f"torchstack: security updates: {done.security}")
-    repository, _, tag = plan.top_image.rpartition(":")
-    client.images.get(checked).tag(repository, tag)
+    engine.tag(checked, plan.top_image)
     return done
 
 
@@ -102,10 +101,10 @@ def _ccache_mover(plan: Plan, run: RunOptions, base: str, scratch: Path):
     )
 
 
-def _builder(client, chosen: Engine, plan: Plan, run: RunOptions) -> Builder:
+def _builder(chosen: Engine, plan: Plan, run: RunOptions) -> Builder:
     """The plan's builder on the engine as it answered; refused in one line where the engine is too old
     to build, or the `docker` command here cannot drive it (BuildKit's builds and the checks go through it)."""
-    builder = chosen.builder(client, plan.builder, run.buildx_builder)
+    builder = chosen.builder(plan.builder, run.buildx_builder)
     refused = chosen.too_old_to_build()
     if not refused and (builder.drives_the_cli or not run.no_test):
         refused = chosen.cli_refused()
@@ -118,12 +117,12 @@ def run_build(catalog: Catalog, settled: Settled) -> Plan:
     """Carry out a settled build (settle.py): what only the engine and the host can say is checked
     here, before any stage is built."""
     plan, run, pushes = settled.plan, settled.run, list(settled.pushes)
-    client, chosen = connection.connect(connection.choose(run.engine))
+    chosen = connection.connect(connection.choose(run.engine))
     chosen.refuse(run.engine_refusals(plan.builder))
     chosen.refuse_index_login(plan.builder, run.pip_index_url)  # the engine as it answered: another kind than chosen, maybe
-    builder = _builder(client, chosen, plan, run)
-    cleaned = sharing.sweep(client, state.state_dir() / "contexts")
-    base_missing = not engine.image_exists(client, plan.base_image)
+    builder = _builder(chosen, plan, run)
+    cleaned = sharing.sweep(chosen, state.state_dir() / "contexts")
+    base_missing = not chosen.has_image(plan.base_image)
     prerequisites.require(plan, bootstrap=base_missing and plan.base_is_bootstrapped)
     record = {  # what makes the build again (reproducible.py), with the OS image's ID once it is here
         "source_date_epoch": plan.source_date_epoch,
@@ -142,12 +141,12 @@ def run_build(catalog: Catalog, settled: Settled) -> Plan:
     contexts = sharing.private_folder(state.state_dir() / "contexts", plan.release_tag)
     started, began = time.monotonic(), datetime.now(timezone.utc)
 
-    with _run_scope(client, run, contexts) as secrets, BuildView(reports, log_path, run.quiet) as view:
+    with _run_scope(chosen, run, contexts) as secrets, BuildView(reports, log_path, run.quiet) as view:
         build = BuildRun(builder, contexts, log_path, view.note)
         build_report.say_first(view, plan, run, chosen, [*cleaned, *settled.notes, *cpu_notes], base_missing, record["why_not"])
         with building.lock(chosen, plan.base_image, view):
             base = building.base_image(build, plan, run)
-        record["base_image_id"] = client.images.get(base).id
+        record["base_image_id"] = chosen.image(base).id
         view.note(f"torchstack: base image {base}")
         ccache = _ccache_mover(plan, run, base, contexts)
         if ccache:

@@ -14,12 +14,10 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-import docker
-
 from torchstack.base import sharing, state
 from torchstack.base.errors import ToolkitError, UsageProblem
 from torchstack.catalog.model import PACKAGE, ROOT, Catalog
-from torchstack.engines.engine import Engine
+from torchstack.engines.engine import Engine, NoSuchImage
 
 CHECKS = ROOT / "tests" / "image"
 # What decides a check's outcome besides the image: the checks, the toolkit they import, its data,
@@ -129,7 +127,6 @@ def _pytest_command(folders: list[str], image: str, stage: str, cli: str, backen
 
 
 def run_checks(
-    client: docker.DockerClient,
     engine: Engine,
     catalog: Catalog,
     image: str,
@@ -143,10 +140,10 @@ def run_checks(
     `select` (a pytest -k expression) only the checks it names run, and a pass is not recorded:
     it vouches for those checks only."""
     try:
-        found = client.images.get(image)
-        labels = found.labels or {}
-    except docker.errors.ImageNotFound:
+        found = engine.image(image)
+    except NoSuchImage:
         raise ToolkitError(f"image {image} is not in the engine") from None
+    labels = found.labels
     stage, backend = _stage_and_backend(catalog, labels, stage, backend)
     fingerprint = checks_fingerprint(stage, backend, engine.kind)
     if reuse and not select and (summary := earlier_pass(found.id, fingerprint)):
@@ -169,7 +166,7 @@ def run_checks(
             env={**os.environ, **reach, sharing.ENV: sharing.owner()},
         )
     finally:
-        sharing.remove_containers(client)
+        sharing.remove_containers(engine)
     seconds = time.monotonic() - started
     output = result.stdout or ""
     summary = _summary(result, output, select, stage)

@@ -19,13 +19,11 @@ import tempfile
 from datetime import datetime
 from pathlib import Path
 
-import docker.errors
-
 from torchstack.base.errors import ToolkitError, UsageProblem
 from torchstack.base.references import check_reference
 from torchstack.base.sharing import die_with_parent
 from torchstack.catalog.model import Catalog
-from torchstack.engines.engine import Engine
+from torchstack.engines.engine import Engine, Image
 from torchstack.making import archive
 from torchstack.making.sbom import BUILD_INFO_LABEL
 from torchstack.request.metadata import toolkit_revision
@@ -39,15 +37,15 @@ REPOSITORY = "torchstack-rebuild"  # the rebuild's images: never a name the host
 BASE_NAME_LABEL = "org.opencontainers.image.base.name"
 
 
-def verify(client, engine: Engine, catalog: Catalog, image: str, given: list[str], summary: Path | None, note) -> str:
+def verify(engine: Engine, catalog: Catalog, image: str, given: list[str], summary: Path | None, note) -> str:
     """`image` built again on `engine` from what it records (`given`: the caller's --torch-wheel, --ca-bundle,
     --archive-keyring) and compared: its ID where the image made again is the same one (then removed);
     NotReproduced naming what differs where not (the images made again kept, for a closer look)."""
-    found, info = recorded(client, image)
+    found, info = recorded(engine, image)
     try:
         check_revision(image, info, toolkit_revision())
         check_engine(image, info, engine)
-        args = [*arguments(catalog, info, found.labels or {}), *given]
+        args = [*arguments(catalog, info, found.labels), *given]
     except KeyError as exc:
         raise UsageProblem(f"{image}: its build-info label has no {exc.args[0]!r}: not one torchstack wrote") from None
     except (TypeError, AttributeError):
@@ -56,9 +54,9 @@ def verify(client, engine: Engine, catalog: Catalog, image: str, given: list[str
         made = build_again(args, epoch_of(found), summary or Path(work) / "summary.json")
     again = made["image_id"]
     if again == found.id:
-        remove_images(client, made)
+        remove_images(engine, made)
         return found.id
-    lines = differences(client, found.id, again)
+    lines = differences(engine, found.id, again)
     for line in lines:
         note(line)
     raise NotReproduced(
@@ -67,16 +65,12 @@ def verify(client, engine: Engine, catalog: Catalog, image: str, given: list[str
     )
 
 
-def recorded(client, image: str) -> tuple[object, dict]:
+def recorded(engine: Engine, image: str) -> tuple[Image, dict]:
     """The image on this engine (pulled where it is a registry's and not here) and its build-info."""
-    try:
-        found = client.images.get(image)
-    except docker.errors.ImageNotFound:
-        try:
-            found = client.images.pull(image)
-        except docker.errors.APIError:
-            raise UsageProblem(f"{image}: no such image on this engine, and none could be pulled") from None
-    info = (found.labels or {}).get(BUILD_INFO_LABEL)
+    if not engine.has_image(image) and engine.pull(image) is not None:
+        raise UsageProblem(f"{image}: no such image on this engine, and none could be pulled")
+    found = engine.image(image)
+    info = found.labels.get(BUILD_INFO_LABEL)
     if not info:
         raise UsageProblem(f"{image}: no build-info label ({BUILD_INFO_LABEL}): not a release image of torchstack")
     try:
@@ -153,9 +147,9 @@ def arguments(catalog: Catalog, info: dict, labels: dict[str, str]) -> list[str]
     return [*args, *(["--security-mirror", security[0]] if security else ["--no-security-updates"])]
 
 
-def epoch_of(found) -> int:
+def epoch_of(found: Image) -> int:
     """The image's `created` time, which is its build's SOURCE_DATE_EPOCH, in seconds."""
-    created = found.attrs["Created"].split(".")[0].removesuffix("Z")
+    created = found.created.split(".")[0].removesuffix("Z")
     return int(datetime.fromisoformat(created + "+00:00").timestamp())
 
 
@@ -177,26 +171,23 @@ def build_again(args: list[str], epoch: int, summary: Path) -> dict:
     return json.loads(summary.read_text())
 
 
-def remove_images(client, summary: dict) -> None:
+def remove_images(engine: Engine, summary: dict) -> None:
     """The rebuild's tags, stage images and release image alike."""
     for name in dict.fromkeys(tag for stage in summary["stages"] for tag in stage["tags"]):
-        try:
-            client.images.remove(name)
-        except docker.errors.APIError:
-            pass
+        engine.remove_image(name, prune=True)
 
 
-def differences(client, first: str, second: str, limit: int = 8) -> list[str]:
+def differences(engine: Engine, first: str, second: str, limit: int = 8) -> list[str]:
     """What differs between two images, a line each: the configuration's fields, then each layer that
     differs (its step, as the history says) with the files only one image has or whose content, mode,
     owner or time differ."""
     lines = []
-    one, two = client.images.get(first), client.images.get(second)
-    for field in sorted(set(one.attrs["Config"] or {}) | set(two.attrs["Config"] or {})):
-        if (one.attrs["Config"] or {}).get(field) != (two.attrs["Config"] or {}).get(field):
+    one, two = engine.image(first), engine.image(second)
+    for field in sorted(set(one.config) | set(two.config)):
+        if one.config.get(field) != two.config.get(field):
             lines.append(f"config: {field} differs")
     with tempfile.TemporaryDirectory(prefix="torchstack-verify-") as work:
-        (layers, steps), (others, _) = (_saved(image, Path(work) / name) for image, name in ((one, "first"), (two, "again")))
+        (layers, steps), (others, _) = (_saved(engine, image.id, Path(work) / name) for image, name in ((one, "first"), (two, "again")))
     for index, (a, b) in enumerate(zip(layers, others, strict=False)):
         if a != b:
             changed = sorted(set(a) ^ set(b)) + sorted(name for name in set(a) & set(b) if a[name] != b[name])
@@ -207,13 +198,13 @@ def differences(client, first: str, second: str, limit: int = 8) -> list[str]:
     return lines
 
 
-def _saved(image, folder: Path) -> tuple[list[dict[str, tuple]], list[str]]:
+def _saved(engine: Engine, image: str, folder: Path) -> tuple[list[dict[str, tuple]], list[str]]:
     """Each layer of `image` (docker save) as its files, path -> (kind, mode, owner, time, sha256), and
     the step that made each, as the image's history says."""
     folder.mkdir()
     tarball = folder / "image.tar"
     with tarball.open("wb") as out:
-        for chunk in image.save(named=False):
+        for chunk in engine.save(image):
             out.write(chunk)
     layers = []
     with tarfile.open(tarball) as saved:

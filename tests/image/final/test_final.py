@@ -21,6 +21,7 @@ from tests.image.engine_host import engine_host
 from tests.image.libs.test_libs import assert_openblas_is_the_openmp_build
 from torchstack.base import layout, sharing
 from torchstack.base.layout import EXAMPLES_DIR as EXAMPLES
+from torchstack.engines import connection
 from torchstack.request.host import host_arch
 from torchstack.request.tags import tag_version
 
@@ -400,7 +401,7 @@ def test_a_baked_model_answers_a_new_restricted_pod_without_compiling(side_by_si
 def test_no_headers_sources_or_wheels(host, labels):
     """No build leftovers: our components' headers, sources, build trees, wheels. A "full" runtime
     keeps the system headers (/usr/include) that torch.compile's C++ includes."""
-    info = json.loads(labels.get("io.torchstack.making-info", "{}"))
+    info = json.loads(labels.get("io.torchstack.build-info", "{}"))
     prefixes = [c["prefix"] for c in info.get("components", {}).values() if c.get("prefix") not in (None, "/usr")]
     folders = " ".join(["/usr/local/include", *prefixes] + ([] if info.get("runtime") == "full" else ["/usr/include"]))
     leftovers = host.run(
@@ -647,7 +648,7 @@ RUNS = {
 def side_by_side(request, image, engine, labels):
     """The runs the selected checks read, started as the first check of this folder starts; a check
     takes its run's result (or its exception) with side_by_side(NAME)."""
-    ours = json.loads(labels.get("io.torchstack.making-info", "null"))
+    ours = json.loads(labels.get("io.torchstack.build-info", "null"))
     wanted = {name for item in request.session.items for mark in item.iter_markers("side_by_side") for name in mark.args}
     workers = len(os.sched_getaffinity(0)) + 1
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="check-run") as pool:
@@ -764,7 +765,8 @@ def test_interactive_start_shows_the_banner_and_the_defaults(banner, ours):
 def test_a_non_interactive_run_prints_only_its_own_output(image):
     """docker run IMAGE CMD: through the entry point (and its CPU check, which passes on this
     host), nothing added to the output."""
-    out = sharing.output_of(docker.from_env(), image, ["python3", "-c", "print('only this')"], stderr=True, network_mode="none")
+    engine = connection.connect(connection.choose("auto"))  # the checks' engine: DOCKER_HOST
+    out = engine.output_of(image, ["python3", "-c", "print('only this')"], stderr=True, network_mode="none")
     assert out.decode() == "only this\n", out
 
 
