@@ -18,7 +18,15 @@ from torchstack.base.version import VERSION as __version__
 from torchstack.catalog.model import COMMAND, Catalog, load_catalog
 from torchstack.engines.connection import FAILURES, choose, connect, why_not_reproducible
 from torchstack.reports.reports import backend_details, format_plan
-from torchstack.request.command_options import archive_options, build_options, engine_option, plan_options, request_from, writable_folder
+from torchstack.request.command_options import (
+    archive_options,
+    build_options,
+    engine_from,
+    engine_option,
+    plan_options,
+    request_from,
+    writable_folder,
+)
 from torchstack.request.plan import Request
 from torchstack.request.planner import make_plan
 
@@ -67,7 +75,7 @@ def _print_dry_run(settled) -> None:
     run = settled.run
     for note in settled.notes:
         click.echo(note.removeprefix("torchstack: "))
-    chosen = choose(run.engine)
+    chosen = settled.engine
     click.echo(format_plan(settled.plan, chosen.builder_name(settled.plan.builder)))
     click.echo(f"engine        {chosen.describe()}")
     why_not = why_not_reproducible(chosen, settled.plan.builder)
@@ -124,8 +132,8 @@ def _plan_command(catalog: Catalog) -> click.Command:
         """Print the build plan: stages, images, tags, flags, and the engine a build would use. Needs no engine."""
         from torchstack.request.prerequisites import require_cpu_for_checks
 
-        plan = make_plan(catalog, request_from(options))
-        chosen = choose(options["engine"])
+        chosen = engine_from(options)
+        plan = make_plan(catalog, request_from(options, chosen))
         click.echo(format_plan(plan, chosen.builder_name(plan.builder)))
         click.echo(f"engine        {chosen.describe()}")
         # On a CPU that lacks the target's features: what each compiled component's build runs here.
@@ -149,7 +157,7 @@ def _render_command(catalog: Catalog) -> click.Command:
         from torchstack.making.render import assemble_context
         from torchstack.making.sources import cached_sources
 
-        plan = make_plan(catalog, request_from(options))
+        plan = make_plan(catalog, request_from(options, engine_from(options)))
         writable_folder(output, "--output", output)
         for stage in plan.stages:
             missing = assemble_context(plan, stage, output / stage.name, cached_sources(plan))
@@ -237,7 +245,7 @@ def _fetch_command(catalog: Catalog) -> click.Command:
         """Download and verify the plan's pinned sources into the cache (and a mirror folder)."""
         from torchstack.making.sources import fetch_plan_sources
 
-        plan = make_plan(catalog, request_from(options))
+        plan = make_plan(catalog, request_from(options, engine_from(options)))
         for name, path in fetch_plan_sources(plan, source_mirror, mirror_dir).items():
             click.echo(f"{name}  {path}")
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from torchstack.cli import make_cli
-from torchstack.engines.buildjob import BuildJob, BuildKitSettings
+from torchstack.engines.buildjob import BuildJob
 from torchstack.engines.buildkit import buildx_command, ccache_dockerfile
 
 
@@ -16,9 +16,7 @@ def job(context: str, tag: str, platform: str = "linux/amd64", labels: dict | No
 
 def test_a_stage_is_built_and_loaded_back_with_its_secrets_and_labels():
     secrets = {"ca-bundle": Path("/run/ca.pem")}
-    command = buildx_command(
-        job("/ctx/libs", "torchstack-libs:t", "linux/arm64", labels={"a": "1"}, buildkit=BuildKitSettings(secrets=secrets))
-    )
+    command = buildx_command(job("/ctx/libs", "torchstack-libs:t", "linux/arm64", labels={"a": "1"}, secrets=secrets))
     assert command == [
         "docker",
         "buildx",
@@ -43,7 +41,7 @@ def test_only_a_stage_pushed_for_other_hosts_carries_its_cache_record():
     """BuildKit's inline cache record holds the times its layers were made: only the stages
     --push-stages sends for another host's --cache-from carry it."""
     plain = buildx_command(job("/ctx/libs", "t:1"))
-    pushed = buildx_command(job("/ctx/libs", "t:1", buildkit=BuildKitSettings(inline_cache=True)))
+    pushed = buildx_command(job("/ctx/libs", "t:1", inline_cache=True))
     assert "--cache-to" not in plain and pushed[pushed.index("--cache-to") + 1] == "type=inline"
 
 

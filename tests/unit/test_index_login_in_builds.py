@@ -20,7 +20,7 @@ from torchstack.base.reproducible import STEP_ENVIRONMENT
 from torchstack.catalog.wheels import pip_conf_text
 from torchstack.cli import make_cli
 from torchstack.engines import oci_build
-from torchstack.engines.buildjob import BuildahSettings, BuildJob, BuildProgress, BuildResult
+from torchstack.engines.buildjob import BuildJob, BuildProgress, BuildResult
 from torchstack.engines.docker_engine import DockerEngine
 from torchstack.engines.engine import Builder, BuildRun
 from torchstack.engines.podman_engine import PodmanEngine
@@ -102,7 +102,7 @@ class _Endpoint:
 def _podman_build(monkeypatch, context: Path, secrets: dict[str, Path]) -> dict:
     monkeypatch.setattr(oci_build.podman, "PodmanClient", _Endpoint)
     _Endpoint.posted = []
-    job = BuildJob(context, None, "linux/amd64", {}, "final", context / "log", buildah=BuildahSettings(timestamp=1, secrets=secrets))
+    job = BuildJob(context, None, "linux/amd64", {}, "final", context / "log", file_date=1, secrets=secrets)
     list(oci_build.stream(PODMAN.url, PODMAN.version, job))
     (posted,) = _Endpoint.posted
     return posted
@@ -166,7 +166,7 @@ def test_a_builder_with_secret_mounts_is_given_them_and_no_context_holds_them(mo
     jobs = _build_every_stage(monkeypatch, tmp_path, plan, _Mounting, conf)
     assert [job.stage for job, _ in jobs] == [s.name for s in plan.stages]
     for job, held in jobs:
-        assert job.buildah.secrets == {"pip": conf} and job.buildkit.secrets == {"pip": conf}, job.stage
+        assert job.secrets == {"pip": conf}, job.stage
         assert "pip.conf" not in held and not [name for name, text in held.items() if SECRET in text], job.stage
     final = dict((job.stage, held) for job, held in jobs)["final"]["Dockerfile"]
     assert "RUN --mount=type=secret,id=pip " in final
@@ -237,6 +237,6 @@ def test_the_engine_as_it_answered_refuses_before_any_work(monkeypatch, catalog,
 
     monkeypatch.setattr(pipeline.sharing, "sweep", work)
     monkeypatch.setattr(pipeline, "_builder", work)
-    settled = Settled(request=None, plan=plan, run=RunOptions(pip_index_url=LOGIN_INDEX), pushes=(), notes=())
+    settled = Settled(request=None, plan=plan, run=RunOptions(pip_index_url=LOGIN_INDEX), pushes=(), notes=(), engine=PODMAN)
     with pytest.raises(UsageProblem, match="carries a login"):
         pipeline.run_build(catalog, settled)

@@ -137,17 +137,41 @@ def _asks_kind(node: ast.Compare) -> bool:
     return any(word in ast.unparse(n.value) for n in kinds for word in ("engine", "chosen"))
 
 
+def _word_constants() -> set[str]:
+    """The engines' constants whose value is an engine's or builder's word (docker_engine.BUILDKIT = "buildx")."""
+    found = set()
+    for path in (PACKAGE / "engines").glob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and node.value.value in ENGINE_WORDS:
+                found |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return found
+
+
+ENGINES_MODULES = {p.stem for p in (PACKAGE / "engines").glob("*.py")}
+
+
+def _engine_constants(node: ast.AST, constants: set[str]) -> list[str]:
+    """A word constant of the engines (`constants`), imported from engines/ or read as one of their modules' attributes."""
+    if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("torchstack.engines"):
+        return [a.name for a in node.names if a.name in constants]
+    if isinstance(node, ast.Attribute) and node.attr in constants and ast.unparse(node.value).rsplit(".", 1)[-1] in ENGINES_MODULES:
+        return [ast.unparse(node)]
+    return []
+
+
 def test_outside_the_engines_nothing_asks_which_engine_or_builder_it_has():
     """What differs between engines and builders is a property or a method of theirs (engines/):
     no other module compares an engine's kind or a builder's name, or reaches into an SDK client's
     private attributes (`client.api._post`)."""
-    found = []
+    found, constants = [], _word_constants()
+    assert "BUILDKIT" in constants, constants
     for path in MODULES:
         if "engines" in path.parts:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Compare) and (_compared_words(node) or _asks_kind(node)):
                 found.append(f"{name_of(path)}:{node.lineno}: {ast.unparse(node)}")
+            found += [f"{name_of(path)}:{node.lineno}: {name}" for name in _engine_constants(node, constants)]
             if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
                 owner = ast.unparse(node.value).rsplit(".", 1)[-1]
                 if owner in ("api", "client"):
@@ -203,3 +227,7 @@ def test_the_code_reading_test_finds_what_it_is_for():
     compares = [n for n in ast.walk(tree) if isinstance(n, ast.Compare)]
     assert _asks_kind(compares[0]) and _compared_words(compares[1]) == {"buildx"}
     assert any(isinstance(n, ast.Attribute) and n.attr == "_post" for n in ast.walk(tree))
+    imported = ast.parse(
+        "from torchstack.engines.docker_engine import BUILDKIT, DockerEngine\nif w == docker_engine.BUILDKIT or cosign.BUILDKIT: pass\n"
+    )
+    assert [name for n in ast.walk(imported) for name in _engine_constants(n, {"BUILDKIT"})] == ["BUILDKIT", "docker_engine.BUILDKIT"]

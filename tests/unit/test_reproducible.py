@@ -16,7 +16,7 @@ from tests.local_archive import LocalArchive
 from torchstack.base import reproducible
 from torchstack.base.errors import UsageProblem
 from torchstack.cli import make_cli
-from torchstack.engines.buildjob import BuildJob, BuildKitSettings
+from torchstack.engines.buildjob import BuildJob
 from torchstack.engines.buildkit import buildx_command, image_id_from
 from torchstack.engines.connection import engine_of
 from torchstack.making import archive
@@ -100,7 +100,7 @@ def test_apt_leaves_no_log_list_or_backup_with_the_clock_in_it(plan_for):
 
 
 def test_buildkit_dates_the_image_with_the_plans_epoch_and_names_it_only_when_asked():
-    job = BuildJob(Path("/ctx/base"), None, "linux/amd64", {}, "os", Path("/log"), buildkit=BuildKitSettings(epoch=1795800000))
+    job = BuildJob(Path("/ctx/base"), None, "linux/amd64", {}, "os", Path("/log"), image_date=1795800000)
     command = buildx_command(job, metadata=Path("/tmp/metadata.json"))
     assert "--tag" not in command
     assert command[command.index("--build-arg") + 1] == "SOURCE_DATE_EPOCH=1795800000"

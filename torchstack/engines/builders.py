@@ -56,6 +56,7 @@ class BuildKitBuilder(Builder):
 
     buildx_builder: str | None = None
     name = "buildkit"
+    mounts_in_steps = True
     builds_from_ids = False
     reads_cache_from_images = False
     reads_cache_from_registry = True

@@ -36,31 +36,18 @@ def _quiet(line: str) -> None:
 
 
 @dataclass(frozen=True)
-class BuildKitSettings:
-    """What BuildKit alone is given: `epoch`, the image's date (SOURCE_DATE_EPOCH; each step's file
-    times are clamped by the Dockerfile's own SHELL); `secrets`, its secret mounts (id -> host file);
-    `inline_cache`, whether the image carries its cache record for another host's --cache-from."""
-
-    epoch: int | None = None
-    secrets: Mapping[str, Path] = field(default_factory=dict)
-    inline_cache: bool = False
-
-
-@dataclass(frozen=True)
-class BuildahSettings:
-    """What Podman's builder alone is given: `timestamp`, the one time it stamps on the image and on
-    every file it writes (its steps run with reproducible.STEP_ENVIRONMENT); `secrets`, its secret
-    mounts (id -> host file), sent beside the context and moved out of it by Podman's service."""
-
-    timestamp: int | None = None
-    secrets: Mapping[str, Path] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class BuildJob:
-    """One image to build from a context folder, whichever builder builds it (engine.Builder):
-    what every builder reads, and each builder's own settings, which the others leave alone
-    (Docker's legacy builder has none: it stamps the clock whatever it is given).
+    """One image to build from a context folder, whichever builder builds it (engine.Builder), in
+    words no builder owns: each takes what it can of them (Docker's legacy builder stamps the clock
+    whatever it is given, and takes secrets from the context alone).
+
+    Its dates: `image_date`, the image's date (SOURCE_DATE_EPOCH) for a builder that dates the image
+    apart from its files (BuildKit: each step's file times are clamped by the Dockerfile's own SHELL);
+    `file_date`, the one time a builder that stamps the image and every file it writes alike gives
+    both (Podman's buildah, whose steps run with reproducible.STEP_ENVIRONMENT). `secrets`: id -> host
+    file, handed to the steps that name them by a builder that mounts secrets (Builder.mounts_secrets).
+    `inline_cache`: the image carries its cache record, for another host's --cache-from, where the
+    builder writes one (BuildKit).
 
     `tag` is applied only when the build succeeds (None: the image stays untagged). `cache_from`:
     images whose steps may be reused, as the builder reads them (Builder.reads_cache_from_images:
@@ -76,8 +63,10 @@ class BuildJob:
     progress: BuildProgress = field(default_factory=BuildProgress)
     nocache: bool = False
     cache_from: tuple[str, ...] = ()
-    buildkit: BuildKitSettings = field(default_factory=BuildKitSettings)
-    buildah: BuildahSettings = field(default_factory=BuildahSettings)
+    image_date: int | None = None
+    file_date: int | None = None
+    secrets: Mapping[str, Path] = field(default_factory=dict)
+    inline_cache: bool = False
 
     def failure(self, detail: str) -> BuildFailed:
         progress = self.progress

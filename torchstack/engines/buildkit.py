@@ -106,13 +106,13 @@ def _stop_group(process: subprocess.Popen) -> None:
 
 
 def buildx_command(job: BuildJob, builder: str | None = None, metadata: Path | None = None, no_attestations: bool = False) -> list[str]:
-    """The `docker buildx build` command line for one job. `job.buildkit.epoch` (SOURCE_DATE_EPOCH) is the
+    """The `docker buildx build` command line for one job. `job.image_date` (SOURCE_DATE_EPOCH) is the
     image config's and its history's time instead of the clock; it is no step's input, so it
     changes no step's cache. With `no_attestations` BuildKit's own attestations are off
     (--provenance=false, --sbom=false): on Docker's containerd image store they would put the
     build's clock into an index beside the image, and so into its ID and pushed digest; the
     toolkit's signed SBOM and provenance are what it vouches for. Elsewhere the docker driver
-    attaches none. With `job.buildkit.inline_cache` the image carries its cache metadata inline
+    attaches none. With `job.inline_cache` the image carries its cache metadata inline
     (`--cache-to type=inline`: the layers of the stage's own image, which is what BuildKit's
     `docker` driver can export), so that, pushed, it serves another host's `--cache-from
     type=registry,ref=IMAGE`; that record holds the times its layers were made, so such an image
@@ -120,18 +120,18 @@ def buildx_command(job: BuildJob, builder: str | None = None, metadata: Path | N
     command = ["docker", "buildx", "build", "--progress=plain", "--load"]
     command += ["--provenance=false", "--sbom=false"] if no_attestations else []
     command += [*(["--tag", job.tag] if job.tag else []), "--platform", job.platform, "--network", "host"]
-    if job.buildkit.inline_cache:
+    if job.inline_cache:
         command += ["--cache-to", "type=inline"]
     command += [arg for ref in job.cache_from for arg in ("--cache-from", f"type=registry,ref={ref}")]
     if builder:
         command += ["--builder", builder]
     if job.nocache:
         command.append("--no-cache")
-    if job.buildkit.epoch is not None:
-        command += ["--build-arg", f"SOURCE_DATE_EPOCH={job.buildkit.epoch}"]
+    if job.image_date is not None:
+        command += ["--build-arg", f"SOURCE_DATE_EPOCH={job.image_date}"]
     if metadata is not None:
         command += ["--metadata-file", str(metadata)]
-    command += [arg for key, path in job.buildkit.secrets.items() for arg in ("--secret", f"id={key},src={path}")]
+    command += [arg for key, path in job.secrets.items() for arg in ("--secret", f"id={key},src={path}")]
     command += [arg for key, value in job.labels.items() for arg in ("--label", f"{key}={value}")]
     return [*command, str(job.context)]
 

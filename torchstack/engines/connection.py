@@ -13,7 +13,7 @@ import docker.errors
 
 from torchstack.base.errors import EngineUnavailable, UsageProblem
 from torchstack.engines import buildkit, docker_api
-from torchstack.engines.docker_engine import DockerEngine
+from torchstack.engines.docker_engine import BUILDKIT, DockerEngine
 from torchstack.engines.engine import Engine
 from torchstack.engines.podman_engine import PodmanEngine
 
@@ -102,6 +102,29 @@ def connect(chosen: Engine) -> Engine:
     except (docker.errors.DockerException, OSError) as exc:
         raise EngineUnavailable(f"the engine at {chosen.url} answers /version but not /info: {str(exc)[:200]}") from None
     return replace(described(chosen, version, info), sdk=client)
+
+
+def builder_asked(word: str, options: Mapping[str, object]) -> str:
+    """--builder's `word` with what the other options need of it: --buildx-builder and --ccache-dir are
+    BuildKit's (auto then means it); with another builder, refused in one line."""
+    for option, why in (("buildx_builder", "names a BuildKit builder"), ("ccache_dir", "moves BuildKit's compiler cache")):
+        if options.get(option):
+            if word not in ("auto", BUILDKIT):
+                raise UsageProblem(f"--{option.replace('_', '-')} {why}: use it with --builder buildx (or auto)")
+            word = BUILDKIT
+    return word
+
+
+def mounts_in_steps(word: str) -> bool:
+    """Whether the builder --builder's settled `word` means runs its steps with mounts (Builder.mounts_in_steps),
+    as Docker's engine means the word: Podman refuses the one word whose builder mounts (--builder buildx)."""
+    return engine_of("docker", DockerEngine.default_url, "--builder's word").builder(word).mounts_in_steps
+
+
+def another_kind(chosen: Engine, connected: Engine) -> bool:
+    """Whether the engine that answered (connect) is of another kind than the one chosen (DOCKER_HOST
+    naming a Podman socket, say): what the request was settled for is then to be asked of it again."""
+    return connected.kind != chosen.kind
 
 
 def described(chosen: Engine, version: dict, info: dict) -> Engine:

@@ -15,12 +15,6 @@ from torchstack.engines.engine import SETUP, Builder, Engine, numbers, reason
 BUILDKIT = "buildx"  # --builder's word for BuildKit; "docker" is the legacy builder's
 
 
-def mounts_in_steps(word: str) -> bool:
-    """Whether the builder --builder's `word` names runs steps with mounts (BuildKit's RUN --mount: the
-    build's secrets, the compiler cache); the others take secrets as files in the context."""
-    return word == BUILDKIT
-
-
 @dataclass(frozen=True)
 class DockerEngine(DockerApi, Engine):
     """Docker 20.10 and later. Its two image stores differ as data (`containerd_store`): what an

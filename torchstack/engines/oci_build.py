@@ -47,14 +47,14 @@ def stream(url: str, version: str, job: BuildJob) -> Iterator[dict]:
         "pull": False,
         "networkmode": "host",
         "layers": True,  # a layer and a cached image per step, as the Docker API's build makes
-        "timestamp": job.buildah.timestamp,
+        "timestamp": job.file_date,
         "outputformat": OCI_FORMAT,
     }
     client = podman.PodmanClient(base_url=url, version=version.split("-")[0] or None)
     try:
         with docker.utils.tar(str(context), gzip=False) as archive:
-            if job.buildah.secrets:
-                params["secrets"] = json.dumps(_with_secrets(archive, job.buildah.secrets))
+            if job.secrets:
+                params["secrets"] = json.dumps(_with_secrets(archive, job.secrets))
             response = client.api.post("/build", params=params, data=archive, headers={"Content-Type": "application/x-tar"}, stream=True)
         response.raise_for_status()
     except podman.errors.APIError as exc:

@@ -11,7 +11,7 @@ from pathlib import Path
 from torchstack.base.errors import BuildFailed, ToolkitError
 from torchstack.base.layout import APT_LEFTOVERS
 from torchstack.base.reproducible import FILE_EPOCH, set_times
-from torchstack.engines.buildjob import BuildahSettings, BuildJob, BuildKitSettings
+from torchstack.engines.buildjob import BuildJob
 from torchstack.engines.engine import Builder
 from torchstack.making.archive import DEBIAN_KEYRING
 from torchstack.request.plan import Plan
@@ -108,8 +108,7 @@ def _load(builder: Builder, plan: Plan, work: Path) -> None:
     }
     failed = f"loading the bootstrapped {plan.distribution.name} rootfs failed"
     set_times(work)
-    dates = {"buildkit": BuildKitSettings(epoch=FILE_EPOCH), "buildah": BuildahSettings(timestamp=FILE_EPOCH)}
-    job = BuildJob(work, plan.base_image, plan.platform, labels, "os", work, **dates)
+    job = BuildJob(work, plan.base_image, plan.platform, labels, "os", work, image_date=FILE_EPOCH, file_date=FILE_EPOCH)
     try:
         builder.build(job)
     except BuildFailed as exc:

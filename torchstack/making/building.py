@@ -9,7 +9,7 @@ from pathlib import Path
 
 from torchstack.base import reproducible, sharing, state
 from torchstack.base.errors import ToolkitError
-from torchstack.engines.buildjob import BuildahSettings, BuildJob, BuildKitSettings, BuildProgress
+from torchstack.engines.buildjob import BuildJob, BuildProgress
 from torchstack.engines.engine import BuildRun, Engine
 from torchstack.making import bootstrap
 from torchstack.making.render import BuildSecrets, assemble_context
@@ -166,8 +166,8 @@ def _stage_job(
         progress=progress,
         nocache=run.no_cache,
         cache_from=cache,
-        # inline_cache: what another host's --cache-from reads
-        buildkit=BuildKitSettings(epoch=plan.source_date_epoch, secrets=secrets.files(), inline_cache=run.push_stages),
-        # its files' times and date, as BuildKit's (reproducible.py)
-        buildah=BuildahSettings(timestamp=reproducible.FILE_EPOCH, secrets=secrets.files()),
+        image_date=plan.source_date_epoch,
+        file_date=reproducible.FILE_EPOCH,  # its files' times, as BuildKit's steps clamp theirs (reproducible.py)
+        secrets=secrets.files(),
+        inline_cache=run.push_stages,  # what another host's --cache-from reads
     )

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from torchstack.base import layout, reproducible, sharing, state
 from torchstack.base.errors import ToolkitError
-from torchstack.engines.buildjob import BuildahSettings, BuildJob, BuildKitSettings, BuildResult
+from torchstack.engines.buildjob import BuildJob, BuildResult
 from torchstack.engines.engine import BuildRun, Engine
 from torchstack.making import archive, sbom
 from torchstack.making.render import records_dockerfile, refresh_context
@@ -85,8 +85,8 @@ def _build_layer(build: BuildRun, plan: Plan, context: Path, labels: dict[str, s
         labels,
         context.name,
         build.log_path,
-        buildkit=BuildKitSettings(epoch=plan.source_date_epoch),
-        buildah=BuildahSettings(timestamp=dated),
+        image_date=plan.source_date_epoch,
+        file_date=dated,
     )
     return build.builder.build(job)
 

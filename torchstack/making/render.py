@@ -94,7 +94,7 @@ def _secret_uses(plan: Plan, secrets: BuildSecrets) -> list[dict[str, str]]:
 def _builder_values(plan: Plan) -> dict:
     """What the templates' preamble needs: BuildKit's or not, and BuildKit's shell that clamps each step's file times."""
     return {
-        "buildkit": plan.step_mounts,
+        "buildkit": plan.step_mounts,  # the templates name it so: their text is in every stage's identity
         "file_epoch": reproducible.FILE_EPOCH,
         "clamp": json.dumps(reproducible.clamping_shell())[1:-1],
     }

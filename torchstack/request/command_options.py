@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import re
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import click
@@ -15,8 +16,8 @@ from torchstack.base.references import check_reference
 from torchstack.base.state import state_dir
 from torchstack.catalog.model import Catalog
 from torchstack.catalog.wheels import pip_index_settings
-from torchstack.engines.connection import ENGINES, choose, settle_builder
-from torchstack.engines.docker_engine import BUILDKIT
+from torchstack.engines.connection import ENGINES, builder_asked, choose, settle_builder
+from torchstack.engines.engine import Engine
 from torchstack.request.plan import Request
 from torchstack.request.run_settings import COMPRESSIONS, LAZY_FORMATS, SIGNATURE_FORMATS
 from torchstack.request.selection import BUILD_TYPES, BUILDERS, RUNTIMES
@@ -335,16 +336,18 @@ def publish_options(func):
     return wrapper
 
 
-def request_from(options: dict) -> Request:
+def engine_from(options: Mapping[str, object]) -> Engine:
+    """The engine --engine asks for (connection.choose), chosen once per command: what the request is
+    settled for, and what a build then connects to."""
+    return choose(str(options.get("engine") or "auto"))
+
+
+def request_from(options: dict, chosen: Engine) -> Request:
+    """The request the options describe, for the engine `chosen` (engine_from): what it cannot carry
+    out is refused in one line, and --builder auto is settled on it."""
     methods = {k.removeprefix("from_"): v for k, v in options.items() if k.startswith("from_") and v != "source"}
-    builder = options["builder"]
-    chosen = choose(options.get("engine") or "auto")
     chosen.refuse({**options, "zstd": options.get("compression") == "zstd"})
-    for option, why in (("buildx_builder", "names a BuildKit builder"), ("ccache_dir", "moves BuildKit's compiler cache")):
-        if options.get(option):
-            if builder not in ("auto", BUILDKIT):
-                raise UsageProblem(f"--{option.replace('_', '-')} {why}: use it with --builder buildx (or auto)")
-            builder = BUILDKIT
+    builder = builder_asked(options["builder"], options)
     return Request(
         builder=settle_builder(builder, methods.get("torch", "source") == "source", chosen),
         build_type=options["build_type"],

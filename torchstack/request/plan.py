@@ -13,7 +13,7 @@ from torchstack.catalog.component import HostRun, Source
 from torchstack.catalog.model import Architecture, Backend, Distribution, RuntimeSetting, Target
 from torchstack.catalog.plugins import PluginChoice
 from torchstack.catalog.wheels import WheelSpec
-from torchstack.engines.docker_engine import mounts_in_steps
+from torchstack.engines.connection import mounts_in_steps
 
 RELEASE_STAGE = "final"  # the stage whose image gets the release tag
 

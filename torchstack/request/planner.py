@@ -11,7 +11,7 @@ from torchstack.base.errors import UsageProblem
 from torchstack.catalog import torch_choice
 from torchstack.catalog.model import Catalog, Distribution, Stage
 from torchstack.catalog.recipes import RecipeInputs, exports_of, pip_requirements, script_inputs
-from torchstack.engines.docker_engine import mounts_in_steps
+from torchstack.engines.connection import mounts_in_steps
 from torchstack.request import host, tags
 from torchstack.request.metadata import stage_image, tag_variants, toolkit_revision
 from torchstack.request.plan import (

@@ -117,9 +117,10 @@ def run_build(catalog: Catalog, settled: Settled) -> Plan:
     """Carry out a settled build (settle.py): what only the engine and the host can say is checked
     here, before any stage is built."""
     plan, run, pushes = settled.plan, settled.run, list(settled.pushes)
-    chosen = connection.connect(connection.choose(run.engine))
-    chosen.refuse(run.engine_refusals(plan.builder))
-    chosen.refuse_index_login(plan.builder, run.pip_index_url)  # the engine as it answered: another kind than chosen, maybe
+    chosen = connection.connect(settled.engine)
+    if connection.another_kind(settled.engine, chosen):  # the engine as it answered: its refusals, not yet run
+        chosen.refuse(run.engine_refusals(plan.builder))
+        chosen.refuse_index_login(plan.builder, run.pip_index_url)
     builder = _builder(chosen, plan, run)
     cleaned = sharing.sweep(chosen, state.state_dir() / "contexts")
     base_missing = not chosen.has_image(plan.base_image)

@@ -15,12 +15,12 @@ from torchstack.base.errors import HostNotReady, ToolkitError, UsageProblem
 from torchstack.catalog.model import Catalog
 from torchstack.catalog.wheels import check_transport, download_from_index, download_wheel, expected_sha256
 from torchstack.engines import buildkit
-from torchstack.engines.connection import choose
+from torchstack.engines.engine import Engine
 from torchstack.making import sources
 from torchstack.publishing import lazy, signing
 from torchstack.registries import registry
 from torchstack.request import requirements, tags
-from torchstack.request.command_options import check_json_file, request_from
+from torchstack.request.command_options import check_json_file, engine_from, request_from
 from torchstack.request.plan import Plan, Request
 from torchstack.request.planner import make_plan
 from torchstack.request.run_settings import RunOptions
@@ -35,6 +35,7 @@ class Settled:
     run: RunOptions  # the --sign key as cosign will take it
     pushes: tuple[tuple[str, str], ...]  # (local name, name in the registry) of each image --push sends
     notes: tuple[str, ...]  # lines the build says first (where the torch wheel came from)
+    engine: Engine  # as --engine chose it (connection.choose), its refusals run: what the pipeline connects to
 
 
 def settle(catalog: Catalog, options: Mapping[str, object]) -> Settled:
@@ -44,8 +45,9 @@ def settle(catalog: Catalog, options: Mapping[str, object]) -> Settled:
     check_json_file(run.json_file)
     if run.pip_index_url:
         check_transport(run.pip_index_url, "--pip-index-url")
-    request = request_from(options)
-    choose(run.engine).refuse_index_login(request.builder, run.pip_index_url)
+    chosen = engine_from(options)
+    request = request_from(options, chosen)
+    chosen.refuse_index_login(request.builder, run.pip_index_url)
     _check_publishing(run)
     if run.buildx_builder and not buildkit.builder_exists(run.buildx_builder):
         raise UsageProblem(f"--buildx-builder {run.buildx_builder}: no such builder (see `docker buildx ls`)")
@@ -65,7 +67,7 @@ def settle(catalog: Catalog, options: Mapping[str, object]) -> Settled:
     if plan.requirements:
         plan = dataclasses.replace(plan, requirements=requirements.resolve(plan, run.pip_index_url))
     pushes = tags.wanted(plan, run.registry, run.push_stages, checked=not run.no_test) if run.push or run.push_stages else []
-    return Settled(resolved, plan, run, tuple(pushes), tuple(notes))
+    return Settled(resolved, plan, run, tuple(pushes), tuple(notes), chosen)
 
 
 def _check_publishing(run: RunOptions) -> None:
