@@ -45,7 +45,7 @@ class MemoryBuilder(Builder):
     mounts_secrets = True
 
     def build(self, job: BuildJob) -> BuildResult:
-        store: Store = self.engine.store
+        store: Store = self.engine.held
         store.calls.append(f"build {job.tag or job.stage}")
         known = job.tag in store.names
         image = store.add(job.tag or f"untagged:{job.stage}", job.labels)
@@ -54,9 +54,9 @@ class MemoryBuilder(Builder):
 
 @dataclass(frozen=True)
 class MemoryEngine(Engine):
-    """An engine kind of its own (`--engine memory`), with no Docker API: every operation on `store`."""
+    """An engine kind of its own (`--engine memory`), with no Docker API: every operation on `held`."""
 
-    store: Store = field(default_factory=Store, compare=False, kw_only=True)
+    held: Store = field(default_factory=Store, compare=False, kw_only=True)  # what it holds (Engine.store is its image store's name)
     cli = "memory"
 
     @classmethod
@@ -64,72 +64,72 @@ class MemoryEngine(Engine):
         return version.get("Platform", {}).get("Name") == "memory"
 
     def _id(self, name: str) -> str:
-        if name in self.store.images:
+        if name in self.held.images:
             return name
-        if name not in self.store.names:
+        if name not in self.held.names:
             raise NoSuchImage(f"{name}: no such image here")
-        return self.store.names[name]
+        return self.held.names[name]
 
     def image(self, name: str) -> Image:
-        self.store.calls.append(f"image {name}")
-        found = self.store.images[self._id(name)]
-        return replace(found, tags=tuple(n for n, i in self.store.names.items() if i == found.id))
+        self.held.calls.append(f"image {name}")
+        found = self.held.images[self._id(name)]
+        return replace(found, tags=tuple(n for n, i in self.held.names.items() if i == found.id))
 
     def pull(self, reference: str, platform: str | None = None) -> str | None:
-        self.store.calls.append(f"pull {reference}")
-        if reference not in self.store.registry:
+        self.held.calls.append(f"pull {reference}")
+        if reference not in self.held.registry:
             return "not found"
-        self.store.names[reference] = self.store.registry[reference]
+        self.held.names[reference] = self.held.registry[reference]
         return None
 
     def tag(self, image: str, name: str) -> None:
-        self.store.calls.append(f"tag {image} {name}")
-        self.store.names[name] = self._id(image)
+        self.held.calls.append(f"tag {image} {name}")
+        self.held.names[name] = self._id(image)
 
     def remove_image(self, name: str, prune: bool = False) -> bool:
-        self.store.calls.append(f"remove {name}")
-        return self.store.names.pop(name, None) is not None
+        self.held.calls.append(f"remove {name}")
+        return self.held.names.pop(name, None) is not None
 
     def images_named(self, repository: str) -> list[Image]:
-        return [self.image(n) for n in self.store.names if n.rpartition(":")[0] == repository]
+        return [self.image(n) for n in self.held.names if n.rpartition(":")[0] == repository]
 
     def save(self, image: str) -> Iterator[bytes]:
-        self.store.calls.append(f"save {image}")
+        self.held.calls.append(f"save {image}")
         yield self._id(image).encode()
 
     def push(self, repository: str, tag: str) -> Iterator[dict]:
         name = f"{repository}:{tag}"
-        self.store.calls.append(f"push {name}")
-        if name not in self.store.names:
+        self.held.calls.append(f"push {name}")
+        if name not in self.held.names:
             raise EngineRefused(f"{name}: no such image")
-        self.store.registry[name] = self.store.names[name]
+        self.held.registry[name] = self.held.names[name]
         yield {"status": "Pushed", "id": "layer"}
-        yield {"status": f"{tag}: digest: {self.store.names[name]} size: 1"}
+        yield {"status": f"{tag}: digest: {self.held.names[name]} size: 1"}
 
     def output_of(self, image: str, command: list[str], stderr: bool = False, **options) -> bytes:
-        self.store.calls.append(f"run {image} {command[0]}")
+        self.held.calls.append(f"run {image} {command[0]}")
         self._id(image)
-        if command[0] in self.store.failing:
-            code, said = self.store.failing[command[0]]
+        if command[0] in self.held.failing:
+            code, said = self.held.failing[command[0]]
             raise CommandFailed(image, command, code, said)
-        return self.store.outputs.get(command[0], b"")
+        return self.held.outputs.get(command[0], b"")
 
     def files_of(self, image: str, paths: list[str]) -> dict[str, list[bytes]]:
-        held = self.store.files.get(self._id(image), {})
+        held = self.held.files.get(self._id(image), {})
         return {path: held[path] for path in paths if path in held}
 
     def containers_labelled(self, label: str) -> list[tuple[str, Mapping[str, str]]]:
         key, _, value = label.partition("=")
-        return [(i, labels) for i, labels in self.store.containers.items() if key in labels and (not value or labels[key] == value)]
+        return [(i, labels) for i, labels in self.held.containers.items() if key in labels and (not value or labels[key] == value)]
 
     def remove_container(self, container_id: str) -> None:
-        self.store.calls.append(f"remove container {container_id}")
-        self.store.containers.pop(container_id, None)
+        self.held.calls.append(f"remove container {container_id}")
+        self.held.containers.pop(container_id, None)
 
     def leave_container(self, who: str | None = None) -> str:
         """A container of owner `who` (this run's by default), as a check run leaves one."""
-        container_id = f"c{len(self.store.containers)}"
-        self.store.containers[container_id] = {sharing.LABEL: who or sharing.owner()}
+        container_id = f"c{len(self.held.containers)}"
+        self.held.containers[container_id] = {sharing.LABEL: who or sharing.owner()}
         return container_id
 
     # What each kind answers in its own way.
@@ -150,6 +150,6 @@ class MemoryEngine(Engine):
         return f"no memory engine at {self.url}"
 
 
-def memory_engine(**store) -> MemoryEngine:
+def memory_engine(**held) -> MemoryEngine:
     """A connected memory engine, as connection.connect would give one."""
-    return MemoryEngine("memory", "memory://", "a test's", version="1.0", store=Store(**store))
+    return MemoryEngine("memory", "memory://", "a test's", version="1.0", held=Store(**held))

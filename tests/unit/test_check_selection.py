@@ -67,8 +67,8 @@ def selection_tree(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCHSTACK_CACHE", str(tmp_path / "cache"))
     # An engine with the image and no container of this run left: run_checks asks for them as it ends.
     engine = memory_engine()
-    engine.store.images["sha256:aa"] = Image("sha256:aa", labels={"io.torchstack.stage": "final"})
-    engine.store.names["any"] = "sha256:aa"
+    engine.held.images["sha256:aa"] = Image("sha256:aa", labels={"io.torchstack.stage": "final"})
+    engine.held.names["any"] = "sha256:aa"
     return engine
 
 

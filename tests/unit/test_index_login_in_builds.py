@@ -148,7 +148,7 @@ def _build_every_stage(monkeypatch, tmp_path, plan, kind: type[_Recording], conf
     monkeypatch.setenv("TORCHSTACK_CACHE", str(tmp_path / "cache"))
     engine = memory_engine()
     for stage in plan.stages:
-        engine.store.add(stage.image)
+        engine.held.add(stage.image)
     builder = kind(None, engine)
     object.__setattr__(builder, "jobs", [])
     contexts = tmp_path / "contexts"

@@ -134,7 +134,7 @@ def test_a_rebuild_refuses_a_build_info_label_torchstack_did_not_write(catalog):
         rebuild.arguments(catalog, {**_on_a_base_image(), "components": {"x --push": {"method": "source"}}}, {})
     for label in ("not json", "[1, 2]"):
         engine = memory_engine()
-        engine.store.add("img", {BUILD_INFO_LABEL: label})
+        engine.held.add("img", {BUILD_INFO_LABEL: label})
         with pytest.raises(UsageProblem, match="its build-info label .* is not a JSON object"):
             rebuild.recorded(engine, "img")
 

@@ -45,15 +45,15 @@ def test_what_an_ended_run_left_is_removed_and_a_running_runs_is_kept(tmp_path):
     their_tag = f"{sharing.WORK_REPOSITORY}:{ended.pid}-1-0123abcd"
     our_tag = sharing.work_tag()
     for tag in (their_tag, our_tag):
-        engine.store.add(tag)
+        engine.held.add(tag)
     kept_folder = sharing.private_folder(tmp_path, "r26.11-torch-2.13.0-openblas")
     left_folder = tmp_path / f"{dead.replace('/', '+')}+r26.11-torch-2.13.0-openblas"
     (left_folder / "final").mkdir(parents=True)
 
     said = sharing.remove_leftovers(engine, tmp_path)
 
-    assert [c for c in engine.store.calls if c.startswith("remove")] == [f"remove container {theirs}", f"remove {their_tag}"]
-    assert list(engine.store.containers) == [ours] and our_tag in engine.store.names
+    assert [c for c in engine.held.calls if c.startswith("remove")] == [f"remove container {theirs}", f"remove {their_tag}"]
+    assert list(engine.held.containers) == [ours] and our_tag in engine.held.names
     assert not left_folder.exists() and kept_folder.is_dir()
     assert said == [f"1 container(s) of {dead}", their_tag, str(left_folder)]
     # What a run says of it, in one line; nothing when nothing was left.

@@ -1,4 +1,4 @@
-"""An engine as the toolkit holds it: what it says it is, what its kind does differently, the builder it builds with."""
+"""An engine as the toolkit holds it: what it does, what it says it is, what its kind does differently, the builder it builds with."""
 
 from __future__ import annotations
 

@@ -67,7 +67,7 @@ def push(
     if zstd:
         return _push_zstd(engine, image.id, remote, say, scratch)
     if not engine.push_streams_layers:
-        say(f"torchstack: pushing {remote} (Podman's API says nothing more until the push is done)")
+        say(f"torchstack: pushing {remote} ({engine.kind.capitalize()}'s API says nothing more until the push is done)")
     for attempt in range(1, ATTEMPTS + 1):
         try:
             digest, layers, already = _push_once(engine, repository, tag, say)

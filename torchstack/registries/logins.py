@@ -2,8 +2,9 @@
 
 Logins come from the files Podman, skopeo and Docker read, in their order, and from the credential
 helpers those files name (ECR's `ecr-login`, `pass`, `secretservice`, ...), asked through the
-helper's own protocol by the Docker SDK's code for it. Nothing here prints a secret or passes one
-to another program's command line."""
+helper's own protocol by the Docker SDK's code for it (`docker.auth`: the one use of an engine's SDK
+outside engines/, which reads files and helpers, never an engine). Nothing here prints a secret or
+passes one to another program's command line."""
 
 from __future__ import annotations
 
