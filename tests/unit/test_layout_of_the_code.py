@@ -68,6 +68,37 @@ def test_no_subpackage_imports_the_package_root():
     assert not found, found
 
 
+def _modules_imported(nodes) -> set[str]:
+    """The names the package's modules are imported under, by `from torchstack.FOLDER import MODULE` among `nodes`."""
+    found = set()
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("torchstack"):
+            folder = PACKAGE.joinpath(*node.module.split(".")[1:])
+            found |= {a.asname or a.name for a in node.names if (folder / f"{a.name}.py").is_file()}
+    return found
+
+
+def shadowed_modules(tree: ast.Module) -> list[str]:
+    """Each function's parameter or local that has the name of a module the function sees imported:
+    `engine` the module and `engine` the object, in one function."""
+    outer = _modules_imported(tree.body)
+    found = []
+    for function in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+        seen = outer | _modules_imported(ast.walk(function))
+        args = function.args
+        names = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+        names |= {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        found += [f"{function.name}: {name}" for name in sorted(names & seen)]
+    return found
+
+
+def test_no_function_names_a_local_as_a_module_it_imports():
+    found = {name_of(p): hits for p in MODULES if (hits := shadowed_modules(ast.parse(p.read_text())))}
+    assert not found, found
+    code = "from torchstack.engines import engine\n\ndef build(engine):\n    pass\n\ndef push():\n    engine = 1\n"
+    assert shadowed_modules(ast.parse(code)) == ["build: engine", "push: engine"]
+
+
 def test_each_folder_says_what_it_holds_and_what_it_may_import():
     """Its docstring names the folders it may import: those below it on the page, and no other."""
     folders = list(dict.fromkeys(m.split("/")[0] for m in layout_order() if "/" in m))

@@ -29,10 +29,10 @@ class Interrupted(ToolkitError):
         self.exit_code = exit_code
 
 
-def _pull_cache(engine: Engine, plan: Plan, registry: str, name: str, note) -> str | None:
+def _pull_cache(engine: Engine, plan: Plan, cache_registry: str, name: str, note) -> str | None:
     """`name` as the --cache-from registry holds it, pulled; None (and one warning line) when the
     pull fails, and the stage builds here."""
-    remote = tags.remote_name(registry, name)
+    remote = tags.remote_name(cache_registry, name)
     problem = engine.pull(remote, plan.platform)
     if problem:
         note(f"torchstack: warning: --cache-from: no {remote} ({problem}); building it here")
@@ -52,17 +52,17 @@ def _say_if_unreadable(remote: str, note) -> None:
         note(f"torchstack: warning: --cache-from: no {remote} ({problem}); building it here")
 
 
-def _cache_source(engine: Engine, plan: Plan, stage: StagePlan, registry: str | None, note) -> str | None:
+def _cache_source(engine: Engine, plan: Plan, stage: StagePlan, cache_registry: str | None, note) -> str | None:
     """With --cache-from REGISTRY, the image whose steps the legacy builder may reuse for `stage`:
     this engine's own image of it when it has one, else the registry's (under the name --push
     sends it as), pulled. Once given a source, the legacy builder reuses only the source's steps,
     and the steps of an image that came from a registry (or was built from one) are found only
     that way: so even the engine's own image is named, not left to its cache."""
-    if not registry:
+    if not cache_registry:
         return None
     if engine.has_image(stage.image):
         return stage.image
-    return _pull_cache(engine, plan, registry, tags.pushed_as(plan, stage), note)
+    return _pull_cache(engine, plan, cache_registry, tags.pushed_as(plan, stage), note)
 
 
 def _taken_by_name(engine: Engine, plan: Plan, stage: StagePlan, run: RunOptions, note) -> str | None:

@@ -93,10 +93,10 @@ def _cosign(what: str, *args: str, failure: type[ToolkitError] = SigningFailed) 
     return result.stdout
 
 
-def sign(reference: str, key: str, sbom: Path | None, provenance: dict | None, recursive: bool = False, asked: str = "both") -> dict:
+def sign(reference: str, key: str, sbom: Path | None, attested: dict | None, recursive: bool = False, asked: str = "both") -> dict:
     """Sign `reference` (REPOSITORY@sha256:...), a list with each image in it when `recursive`, and
-    attach the SBOM and the provenance as attestations with the same key, in each form --signature-format
-    `asked` makes with the host's cosign. What was signed, as the JSON summary records it (no key)."""
+    attach the SBOM and the provenance predicate (`attested`) as attestations with the same key, in
+    each form --signature-format `asked` makes with the host's cosign. What was signed, as the JSON summary records it (no key)."""
     tool = cosign.found("--sign")
     forms = tool.forms(asked)
     for form in forms:
@@ -104,7 +104,7 @@ def sign(reference: str, key: str, sbom: Path | None, provenance: dict | None, r
         _cosign(f"signing {reference} ({form} form)", "sign", "--key", key, *options, reference)
     attached = []
     with tempfile.TemporaryDirectory(prefix="torchstack-attest-") as work:
-        for kind, predicate in (("cyclonedx", sbom), ("slsaprovenance1", provenance)):
+        for kind, predicate in (("cyclonedx", sbom), ("slsaprovenance1", attested)):
             if predicate is None:
                 continue
             if isinstance(predicate, dict):
