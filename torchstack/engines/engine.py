@@ -234,9 +234,8 @@ class Builder:
     reads_cache_from_registry = False  # --cache-from: the registry's, asked by the builder itself
     drives_the_cli = False  # it builds through the engine's command (buildx), not the API alone
     mounts_secrets = False  # it hands the build's secrets to the steps that name them (RUN --mount=type=secret), never to a layer
-    mounts_in_steps = (
-        False  # the Dockerfile's steps mount (RUN --mount): the secrets, the compiler cache; else the context holds the secrets
-    )
+    # Its steps mount (RUN --mount) the build's secrets and the compiler cache; else the context holds the secrets.
+    mounts_in_steps = False
 
     def build(self, job: BuildJob) -> BuildResult:
         raise NotImplementedError
