@@ -11,8 +11,11 @@ import pytest
 
 from tests.memory_engine import MemoryEngine, memory_engine
 from tests.unit.test_check_selection import selection_tree
+from torchstack.base.errors import ToolkitError
 from torchstack.base.layout import VENV
 from torchstack.engines import connection
+from torchstack.making import archive
+from torchstack.making.archive import DPKG_STATUS
 from torchstack.publishing import pushing
 from torchstack.request.run_settings import RunOptions
 from torchstack.run import pipeline
@@ -84,3 +87,12 @@ def test_the_checks_run_against_it_and_what_they_left_is_removed(registered, cat
     left = engine.leave_container()  # as a check's container that outlived it
     outcome = checks.run_checks(engine, catalog, "any", select="passes")
     assert outcome.passed and left not in engine.held.containers
+
+
+def test_an_image_without_dpkgs_status_is_refused_not_taken_for_one_with_nothing_installed():
+    engine = memory_engine()
+    image = engine.held.add("plain:1")
+    with pytest.raises(ToolkitError, match="^plain:1 has no /var/lib/dpkg/status: its installed Debian packages cannot be read$"):
+        archive.installed(engine, "plain:1")
+    engine.held.files[image.id] = {DPKG_STATUS: [b"Package: libc6\nStatus: install ok installed\nVersion: 2.41-12\n"]}
+    assert archive.installed(engine, "plain:1") == {"libc6": "2.41-12"}

@@ -179,8 +179,11 @@ def require_suites(apt: AptSources) -> list[dict]:
 
 def installed(engine: Engine, image: str) -> dict[str, str]:
     """Package -> version of every Debian package installed in `image`, read from dpkg's status
-    file without running the image."""
-    text = b"".join(engine.files_of(image, [DPKG_STATUS]).get(DPKG_STATUS) or ()).decode()
+    file without running the image; one that has none is refused, never taken for an image with nothing installed."""
+    status = engine.files_of(image, [DPKG_STATUS]).get(DPKG_STATUS)
+    if not status:
+        raise ToolkitError(f"{image} has no {DPKG_STATUS}: its installed Debian packages cannot be read")
+    text = b"".join(status).decode()
     found = {}
     for stanza in text.split("\n\n"):
         fields = dict(re.findall(r"^([\w-]+): (.*)$", stanza, re.MULTILINE))
